@@ -1,0 +1,89 @@
+{{/*
+Chart name, truncated to a DNS label.
+*/}}
+{{- define "bulkhead.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Full name: release-chart, or the release name alone when it already contains
+the chart name.
+*/}}
+{{- define "bulkhead.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+chart-version, as used by the helm.sh/chart label.
+*/}}
+{{- define "bulkhead.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Labels on every object.
+*/}}
+{{- define "bulkhead.labels" -}}
+helm.sh/chart: {{ include "bulkhead.chart" . }}
+{{ include "bulkhead.selectorLabels" . }}
+{{- with .Chart.AppVersion }}
+app.kubernetes.io/version: {{ . | quote }}
+{{- end }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: bulkhead
+{{- end }}
+
+{{/*
+Selector labels (immutable on the Deployment: keep them few and stable).
+*/}}
+{{- define "bulkhead.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "bulkhead.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/*
+ServiceAccount the operator runs as.
+*/}}
+{{- define "bulkhead.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "bulkhead.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+Image reference: repository@digest, or repository:tag (tag defaults to the
+chart's appVersion).
+*/}}
+{{- define "bulkhead.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/*
+"true" when the operator must take the leader-election Lease: asked for, or
+more than one replica (two active controllers would fight over every object).
+*/}}
+{{- define "bulkhead.leaderElect" -}}
+{{- if or .Values.leaderElection.enabled (gt (int .Values.replicaCount) 1) }}true{{ end }}
+{{- end }}
+
+{{/*
+Name of the Lease the operator takes (fixed in the binary).
+*/}}
+{{- define "bulkhead.leaseName" -}}
+bulkhead-operator
+{{- end }}

@@ -1,0 +1,30 @@
+//! Errors of the controller, each with a stable label for metrics.
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("the cluster snapshot is still being listed")]
+    SnapshotNotReady,
+    #[error("{0} has no name")]
+    Unnamed(&'static str),
+    #[error("serialising {what}: {source}")]
+    Serialize {
+        what: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl Error {
+    /// Stable, low-cardinality label for the errors metric.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Kube(kube::Error::Api(_)) => "api",
+            Error::Kube(_) => "client",
+            Error::SnapshotNotReady => "snapshot_not_ready",
+            Error::Unnamed(_) => "unnamed",
+            Error::Serialize { .. } => "serialize",
+        }
+    }
+}

@@ -1,0 +1,239 @@
+//! Watches that keep the shared `Snapshot` current. Each watched kind is
+//! reduced to its lean form on arrival (no managedFields, no whole objects),
+//! and every change nudges the controller to reconcile.
+
+use std::{
+    collections::BTreeMap,
+    fmt::Debug,
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::{
+    apps::v1::{Deployment, StatefulSet},
+    autoscaling::v1::HorizontalPodAutoscaler,
+    core::v1::{ConfigMap, Namespace, ResourceQuota},
+};
+use kube::{
+    api::Api,
+    runtime::{watcher, WatchStreamExt},
+    Client, Resource, ResourceExt,
+};
+use serde::de::DeserializeOwned;
+use tokio::sync::{Notify, RwLock};
+use tracing::{debug, warn};
+
+use crate::{
+    crd::{MANAGED_BY_LABEL, MANAGED_BY_VALUE},
+    snapshot::{Autoscaler, NamespaceInfo, ObjectKey, Snapshot, Workload, WorkloadKind},
+};
+
+/// The snapshot shared between the watches (writers) and reconciles (readers).
+pub struct SharedSnapshot {
+    snapshot: RwLock<Snapshot>,
+    /// Watches that have not yet completed their first list.
+    pending: AtomicUsize,
+    changed: Notify,
+}
+
+impl SharedSnapshot {
+    fn new(watches: usize) -> Self {
+        Self { snapshot: RwLock::new(Snapshot::default()), pending: AtomicUsize::new(watches), changed: Notify::new() }
+    }
+
+    /// True once every watch has listed its objects: before that a plan could
+    /// mistake "not listed yet" for "does not exist" and delete things.
+    pub fn is_ready(&self) -> bool {
+        self.pending.load(Ordering::Acquire) == 0
+    }
+
+    pub async fn read(&self) -> tokio::sync::RwLockReadGuard<'_, Snapshot> {
+        self.snapshot.read().await
+    }
+
+    /// A stream that yields whenever the snapshot changed, at most every `every`.
+    pub fn changes(self: Arc<Self>, every: Duration) -> impl Stream<Item = ()> + Send + 'static {
+        futures::stream::unfold(self, move |shared| async move {
+            shared.changed.notified().await;
+            tokio::time::sleep(every).await;
+            Some(((), shared))
+        })
+    }
+}
+
+/// One watched kind: how to key it, reduce it and where it lives in the snapshot.
+trait Observed: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static {
+    type Key: Ord + Clone + Send;
+    type Lean: Send;
+    fn key(&self) -> Self::Key;
+    fn lean(&self) -> Self::Lean;
+    fn table(snapshot: &mut Snapshot) -> &mut BTreeMap<Self::Key, Self::Lean>;
+    /// Whether a key in the table belongs to this kind (tables may be shared).
+    fn owns(_key: &Self::Key) -> bool {
+        true
+    }
+}
+
+fn namespaced_key<K: Resource>(k: &K) -> ObjectKey {
+    ObjectKey::new(k.namespace().unwrap_or_default(), k.name_any())
+}
+
+impl Observed for Namespace {
+    type Key = String;
+    type Lean = NamespaceInfo;
+    fn key(&self) -> String {
+        self.name_any()
+    }
+    fn lean(&self) -> NamespaceInfo {
+        NamespaceInfo::from(self)
+    }
+    fn table(s: &mut Snapshot) -> &mut BTreeMap<String, NamespaceInfo> {
+        &mut s.namespaces
+    }
+}
+
+impl Observed for Deployment {
+    type Key = (WorkloadKind, ObjectKey);
+    type Lean = Workload;
+    fn key(&self) -> Self::Key {
+        (WorkloadKind::Deployment, namespaced_key(self))
+    }
+    fn lean(&self) -> Workload {
+        Workload::from(self)
+    }
+    fn table(s: &mut Snapshot) -> &mut BTreeMap<Self::Key, Workload> {
+        &mut s.workloads
+    }
+    fn owns(key: &Self::Key) -> bool {
+        key.0 == WorkloadKind::Deployment
+    }
+}
+
+impl Observed for StatefulSet {
+    type Key = (WorkloadKind, ObjectKey);
+    type Lean = Workload;
+    fn key(&self) -> Self::Key {
+        (WorkloadKind::StatefulSet, namespaced_key(self))
+    }
+    fn lean(&self) -> Workload {
+        Workload::from(self)
+    }
+    fn table(s: &mut Snapshot) -> &mut BTreeMap<Self::Key, Workload> {
+        &mut s.workloads
+    }
+    fn owns(key: &Self::Key) -> bool {
+        key.0 == WorkloadKind::StatefulSet
+    }
+}
+
+impl Observed for HorizontalPodAutoscaler {
+    type Key = ObjectKey;
+    type Lean = Autoscaler;
+    fn key(&self) -> ObjectKey {
+        namespaced_key(self)
+    }
+    fn lean(&self) -> Autoscaler {
+        Autoscaler::from(self)
+    }
+    fn table(s: &mut Snapshot) -> &mut BTreeMap<ObjectKey, Autoscaler> {
+        &mut s.autoscalers
+    }
+}
+
+/// The operator's own ConfigMaps are kept whole (they are few) minus managedFields.
+impl Observed for ConfigMap {
+    type Key = ObjectKey;
+    type Lean = ConfigMap;
+    fn key(&self) -> ObjectKey {
+        namespaced_key(self)
+    }
+    fn lean(&self) -> ConfigMap {
+        let mut cm = self.clone();
+        cm.metadata.managed_fields = None;
+        cm
+    }
+    fn table(s: &mut Snapshot) -> &mut BTreeMap<ObjectKey, ConfigMap> {
+        &mut s.config_maps
+    }
+}
+
+impl Observed for ResourceQuota {
+    type Key = ObjectKey;
+    type Lean = ResourceQuota;
+    fn key(&self) -> ObjectKey {
+        namespaced_key(self)
+    }
+    fn lean(&self) -> ResourceQuota {
+        let mut rq = self.clone();
+        rq.metadata.managed_fields = None;
+        rq.status = None;
+        rq
+    }
+    fn table(s: &mut Snapshot) -> &mut BTreeMap<ObjectKey, ResourceQuota> {
+        &mut s.resource_quotas
+    }
+}
+
+/// Start every watch; they run until the process ends.
+pub fn start(client: &Client) -> Arc<SharedSnapshot> {
+    let owned = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"));
+    let all = watcher::Config::default();
+    let shared = Arc::new(SharedSnapshot::new(6));
+    spawn::<Namespace>(Api::all(client.clone()), all.clone(), shared.clone());
+    spawn::<Deployment>(Api::all(client.clone()), all.clone(), shared.clone());
+    spawn::<StatefulSet>(Api::all(client.clone()), all.clone(), shared.clone());
+    spawn::<HorizontalPodAutoscaler>(Api::all(client.clone()), all, shared.clone());
+    spawn::<ConfigMap>(Api::all(client.clone()), owned.clone(), shared.clone());
+    spawn::<ResourceQuota>(Api::all(client.clone()), owned, shared.clone());
+    shared
+}
+
+fn spawn<K: Observed>(api: Api<K>, config: watcher::Config, shared: Arc<SharedSnapshot>) {
+    tokio::spawn(async move {
+        let kind = K::kind(&()).to_string();
+        let mut stream = watcher(api, config).default_backoff().boxed();
+        let mut buffer: Option<BTreeMap<K::Key, K::Lean>> = None;
+        let mut listed_once = false;
+        while let Some(event) = stream.next().await {
+            let event = match event {
+                Ok(event) => event,
+                Err(e) => {
+                    // The backoff retries; the snapshot keeps its last state meanwhile.
+                    warn!(%kind, error = %e, "watch failed; retrying");
+                    continue;
+                }
+            };
+            let mut snapshot = shared.snapshot.write().await;
+            match event {
+                watcher::Event::Init => buffer = Some(BTreeMap::new()),
+                watcher::Event::InitApply(obj) => {
+                    if let Some(b) = buffer.as_mut() {
+                        b.insert(obj.key(), obj.lean());
+                    }
+                }
+                watcher::Event::InitDone => {
+                    let table = K::table(&mut snapshot);
+                    table.retain(|k, _| !K::owns(k));
+                    table.extend(buffer.take().unwrap_or_default());
+                    if !listed_once {
+                        listed_once = true;
+                        shared.pending.fetch_sub(1, Ordering::AcqRel);
+                        debug!(%kind, "initial list complete");
+                    }
+                }
+                watcher::Event::Apply(obj) => {
+                    K::table(&mut snapshot).insert(obj.key(), obj.lean());
+                }
+                watcher::Event::Delete(obj) => {
+                    K::table(&mut snapshot).remove(&obj.key());
+                }
+            }
+            drop(snapshot);
+            shared.changed.notify_one();
+        }
+    });
+}

@@ -1,0 +1,189 @@
+//! One reconcile of one Bulkhead: read the snapshot, plan (pure), apply the
+//! difference, report status only when it changed.
+
+use std::{sync::Arc, time::{Duration, Instant}};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{
+    api::{Api, DynamicObject, Patch, PatchParams},
+    core::{DeserializeGuard, GroupVersionKind},
+    discovery::ApiResource,
+    runtime::{controller::Action, events::{Event, EventType}},
+    Resource, ResourceExt,
+};
+use serde_json::json;
+use tracing::{info, warn};
+
+use super::{apply::apply_changes, Context, Error};
+use crate::{
+    crd::{Bulkhead, BulkheadStatus, FIELD_MANAGER},
+    plan::{changes, plan, Change},
+    status::{build_status, merge_conditions, ApplyOutcome, DesiredCondition, Status, READY},
+};
+
+/// How often an unchanged Bulkhead is re-planned anyway (it writes nothing if all is well).
+const RESYNC: Duration = Duration::from_secs(300);
+
+pub async fn reconcile(obj: Arc<DeserializeGuard<Bulkhead>>, ctx: Arc<Context>) -> Result<Action, Error> {
+    ctx.metrics.reconciles.inc();
+    let started = Instant::now();
+    let result = match &obj.0 {
+        Ok(bulkhead) => reconcile_bulkhead(bulkhead, &ctx).await,
+        Err(invalid) => report_undecodable(&invalid.metadata, &invalid.error, &ctx).await,
+    };
+    ctx.metrics.observe_duration(started.elapsed());
+    if result.is_ok() {
+        ctx.backoff.reset(&obj.name_any());
+    }
+    result
+}
+
+async fn reconcile_bulkhead(bulkhead: &Bulkhead, ctx: &Context) -> Result<Action, Error> {
+    let name = bulkhead.metadata.name.clone().ok_or(Error::Unnamed("Bulkhead"))?;
+    if bulkhead.metadata.deletion_timestamp.is_some() {
+        // Children carry owner references: the garbage collector removes them.
+        ctx.metrics.forget(&name, bulkhead.spec.classes.iter().map(|c| c.name.clone()));
+        return Ok(Action::await_change());
+    }
+    if !ctx.snapshot.is_ready() {
+        return Ok(Action::requeue(Duration::from_millis(500)));
+    }
+    let (plan, changes) = {
+        let snapshot = ctx.snapshot.read().await;
+        let plan = plan(bulkhead, &snapshot);
+        let changes = changes(&name, &plan, &snapshot, bulkhead.spec.workload.is_some());
+        (plan, changes)
+    };
+    ctx.metrics.record_plan(&name, &plan.capacity);
+
+    let mut apply_error = None;
+    let outcome = if !plan.is_valid() {
+        ApplyOutcome::NotApplied
+    } else {
+        match apply_changes(&ctx.client, &ctx.metrics, &changes).await {
+            Ok(()) => ApplyOutcome::Applied {
+                config_maps: usize::from(plan.config_map.is_some()),
+                quotas: plan.quotas.len(),
+            },
+            Err(e) => {
+                let message = e.to_string();
+                apply_error = Some(e);
+                ApplyOutcome::Failed(message)
+            }
+        }
+    };
+    if !changes.is_empty() && apply_error.is_none() {
+        info!(bulkhead = %name, changes = %changes.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "), "applied");
+        publish(ctx, bulkhead, EventType::Normal, "Applied", "Apply", &describe(&changes)).await;
+    }
+
+    let status = build_status(bulkhead, &plan, &outcome, bulkhead.status.as_ref(), &now());
+    if bulkhead.status.as_ref() != Some(&status) {
+        patch_status(ctx, &name, &status).await?;
+        announce_flips(ctx, bulkhead, bulkhead.status.as_ref(), &status).await;
+    }
+    match apply_error {
+        Some(e) => Err(e),
+        None => Ok(Action::requeue(RESYNC)),
+    }
+}
+
+/// A Bulkhead the operator's types cannot read: say so on the object itself,
+/// naming the field where possible, and leave everything it made in place.
+async fn report_undecodable(
+    meta: &kube::api::ObjectMeta,
+    error: &str,
+    ctx: &Context,
+) -> Result<Action, Error> {
+    let name = meta.name.clone().ok_or(Error::Unnamed("Bulkhead"))?;
+    let api = dynamic_api(ctx);
+    let raw = api.get(&name).await?;
+    let message = raw
+        .data
+        .get("spec")
+        .and_then(|spec| crate::crd::locate_spec_error(spec.clone()))
+        .unwrap_or_else(|| error.to_string());
+    let previous: Vec<Condition> = raw
+        .data
+        .get("status")
+        .and_then(|s| s.get("conditions"))
+        .and_then(|c| serde_json::from_value(c.clone()).ok())
+        .unwrap_or_default();
+    let desired = vec![DesiredCondition::new(READY, Status::False, "InvalidSpec", message.clone())];
+    let conditions = merge_conditions(&previous, desired, meta.generation, &now());
+    let unchanged = previous.iter().any(|p| conditions.iter().any(|c| c == p)) && previous.len() == 1;
+    if !unchanged {
+        warn!(bulkhead = %name, %message, "cannot read Bulkhead");
+        let patch = json!({"status": {"observedGeneration": meta.generation, "conditions": conditions}});
+        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        ctx.metrics.record_write("Bulkhead", "status");
+    }
+    Ok(Action::await_change())
+}
+
+fn dynamic_api(ctx: &Context) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk(&Bulkhead::group(&()), &Bulkhead::version(&()), &Bulkhead::kind(&()));
+    Api::all_with(ctx.client.clone(), &ApiResource::from_gvk_with_plural(&gvk, &Bulkhead::plural(&())))
+}
+
+/// Server-side apply of the whole status: fields the operator set before and
+/// no longer sets are removed, which a merge patch would leave behind.
+async fn patch_status(ctx: &Context, name: &str, status: &BulkheadStatus) -> Result<(), Error> {
+    let body = json!({
+        "apiVersion": Bulkhead::api_version(&()),
+        "kind": Bulkhead::kind(&()),
+        "status": status,
+    });
+    let api: Api<Bulkhead> = Api::all(ctx.client.clone());
+    api.patch_status(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&body)).await?;
+    ctx.metrics.record_write("Bulkhead", "status");
+    Ok(())
+}
+
+/// An Event for every condition whose status flipped (or appeared).
+async fn announce_flips(ctx: &Context, bulkhead: &Bulkhead, old: Option<&BulkheadStatus>, new: &BulkheadStatus) {
+    for c in &new.conditions {
+        let before = old.and_then(|o| o.conditions.iter().find(|p| p.type_ == c.type_));
+        if before.is_some_and(|b| b.status == c.status && b.reason == c.reason) {
+            continue;
+        }
+        // Every condition is positive: False is what a person should look at.
+        let type_ = if c.status == "True" { EventType::Normal } else { EventType::Warning };
+        publish(ctx, bulkhead, type_, &c.reason, &format!("{}Changed", c.type_), &format!("{} is {}: {}", c.type_, c.status, c.message)).await;
+    }
+}
+
+async fn publish(ctx: &Context, bulkhead: &Bulkhead, type_: EventType, reason: &str, action: &str, note: &str) {
+    let event = Event {
+        type_,
+        reason: reason.to_string(),
+        note: Some(truncate(note, 1000)),
+        action: action.to_string(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &bulkhead.object_ref(&())).await {
+        // An Event is a courtesy; failing to record one must not fail the reconcile.
+        warn!(error = %e, "could not publish event");
+    }
+}
+
+fn describe(changes: &[Change]) -> String {
+    changes.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+/// Now, to the second: the API server stores condition times in seconds.
+fn now() -> Time {
+    let ts = jiff::Timestamp::now();
+    Time(jiff::Timestamp::from_second(ts.as_second()).unwrap_or(ts))
+}

@@ -1,0 +1,28 @@
+//! The `Bulkhead` custom resource: its spec (what a platform team declares),
+//! its status (what the operator reports) and the generated CRD.
+
+mod definition;
+mod spec;
+mod status;
+
+pub use definition::{crd_yaml, definition};
+pub use spec::*;
+pub use status::*;
+
+/// Label put on everything the operator writes, so cleanup finds exactly that.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+pub const MANAGED_BY_VALUE: &str = "bulkhead";
+/// Names the Bulkhead a child object belongs to.
+pub const BULKHEAD_LABEL: &str = "bulkhead.dev/bulkhead";
+/// Names the class a child object belongs to.
+pub const CLASS_LABEL: &str = "bulkhead.dev/class";
+/// Server-side apply field manager for everything the operator writes.
+pub const FIELD_MANAGER: &str = "bulkhead";
+
+/// Why a spec does not decode, with the JSON path of the field at fault
+/// (`spec.classes[1].reserved: invalid type: string "ten", expected u32`).
+pub fn locate_spec_error(spec: serde_json::Value) -> Option<String> {
+    serde_path_to_error::deserialize::<_, BulkheadSpec>(spec)
+        .err()
+        .map(|e| format!("spec.{}: {}", e.path(), e.inner()))
+}

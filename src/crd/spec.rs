@@ -1,0 +1,174 @@
+//! `spec` of a Bulkhead. The shape is a contract other tools read: add fields,
+//! never rename them. Every field carries a doc comment because it becomes the
+//! description `kubectl explain` shows.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::LabelSelector};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::status::BulkheadStatus;
+
+/// A DNS-1123 label: what Kubernetes accepts in a label value and an object name.
+pub const DNS_LABEL_PATTERN: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
+
+/// Classes of work that share one resource, each with a reserved floor and a
+/// borrowable share of a common surplus; and the layers through which they
+/// must stay isolated.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "bulkhead.dev",
+    version = "v1alpha1",
+    kind = "Bulkhead",
+    plural = "bulkheads",
+    doc = "A Bulkhead partitions one resource between classes of work and reports where they still share a layer.",
+    shortname = "bh",
+    status = "BulkheadStatus",
+    printcolumn = r#"{"name":"Dimension","type":"string","jsonPath":".spec.dimension"}"#,
+    printcolumn = r#"{"name":"Classes","type":"integer","jsonPath":".status.classCount"}"#,
+    printcolumn = r#"{"name":"Funded","type":"string","jsonPath":".status.conditions[?(@.type==\"Funded\")].status"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct BulkheadSpec {
+    /// What separates the classes: Dependency (one class per downstream),
+    /// Tenant, Criticality or Operation.
+    pub dimension: Dimension,
+    /// The resource that saturates first and is partitioned between the classes.
+    pub pool: PoolSpec,
+    /// The pods that run these pools. Their replica count (and the maximum of a
+    /// HorizontalPodAutoscaler that targets them) divides a Fleet-scoped pool, and
+    /// the pool config is written to their namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload: Option<WorkloadRef>,
+    /// Layers through which isolation must hold. Isolated is True only when every
+    /// one of them is Separate for every pair of classes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    pub layers: Vec<Layer>,
+    /// The classes of work. Names are unique.
+    #[schemars(length(min = 1), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub classes: Vec<ClassSpec>,
+}
+
+/// What separates the classes.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema)]
+pub enum Dimension {
+    Dependency,
+    Tenant,
+    Criticality,
+    Operation,
+}
+
+/// The partitioned resource.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolSpec {
+    /// Name of the resource (connections, threads, requests-in-flight), as shown
+    /// in pool configs and metrics.
+    #[schemars(length(min = 1, max = 63), regex(pattern = DNS_LABEL_PATTERN))]
+    pub resource: String,
+    /// Units of the resource available. Per replica when scope is Instance;
+    /// across all replicas of spec.workload when scope is Fleet.
+    pub capacity: u32,
+    /// Instance: capacity and reservations are per replica (fleet totals
+    /// multiply with the replica count). Fleet: they are totals, split over
+    /// the replicas of spec.workload.
+    #[serde(default)]
+    pub scope: Scope,
+    /// Units every class may borrow beyond its floor, first come first served.
+    /// Defaults to capacity minus the sum of the reservations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_surplus: Option<u32>,
+}
+
+/// Whether the pool's numbers are per replica or fleet-wide.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum Scope {
+    #[default]
+    Instance,
+    Fleet,
+}
+
+/// The pods that run the pools.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadRef {
+    /// Namespace of the workload; the pool config ConfigMap is written here.
+    #[schemars(length(min = 1, max = 63), regex(pattern = DNS_LABEL_PATTERN))]
+    pub namespace: String,
+    /// Selects the Deployments and StatefulSets (by their pod template labels)
+    /// whose replicas run the pools.
+    pub selector: LabelSelector,
+}
+
+/// A layer of the stack that two classes may share.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema)]
+pub enum Layer {
+    /// Same pod or container: a shared heap and garbage collector.
+    Process,
+    /// Same node: a shared kernel, page cache and NIC.
+    Node,
+    /// Same kernel: same node without a sandboxing RuntimeClass.
+    Kernel,
+    /// Same topology.kubernetes.io/zone.
+    Zone,
+    /// Same machine under the node (hypervisor).
+    Host,
+    /// Same database instance behind the endpoints the classes use.
+    Database,
+}
+
+impl Layer {
+    pub const ALL: [Layer; 6] = [Layer::Process, Layer::Node, Layer::Kernel, Layer::Zone, Layer::Host, Layer::Database];
+}
+
+/// One class of work.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClassSpec {
+    /// Name of the class, unique within the Bulkhead (a DNS label).
+    #[schemars(length(min = 1, max = 63), regex(pattern = DNS_LABEL_PATTERN))]
+    pub name: String,
+    /// Units guaranteed to this class whatever the others do (its floor).
+    pub reserved: u32,
+    /// Most units this class may hold, floor plus borrowed surplus. Defaults to
+    /// reserved + sharedSurplus and may not exceed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ceiling: Option<u32>,
+    /// Marks the control-plane lane (health checks, admin) that must keep room
+    /// during an overload.
+    #[serde(default)]
+    pub critical: bool,
+    /// The pods that do this class's work.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pods: Option<ClassPods>,
+    /// A ResourceQuota for this class, written to every namespace that
+    /// pods.namespaceSelector selects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota: Option<ClassQuota>,
+}
+
+/// Which pods belong to a class.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClassPods {
+    /// Namespaces whose pods may belong to the class (and that receive its quota).
+    /// Absent: every namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
+    /// Pods of the class within those namespaces. Absent: every pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_selector: Option<LabelSelector>,
+}
+
+/// A per-class ResourceQuota.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClassQuota {
+    /// Hard limits, as in ResourceQuota spec.hard (cpu, memory, pods, …).
+    pub hard: BTreeMap<String, Quantity>,
+}

@@ -1,0 +1,119 @@
+//! `status` of a Bulkhead: what the operator (or `bulkhead check`) found.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::spec::{Layer, Scope};
+
+/// What the operator planned and found. Written only by the operator.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BulkheadStatus {
+    /// The metadata.generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Ready, Funded, ControlPlaneLane, QuotasScoped, Isolated.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    /// Number of classes (a printer column).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class_count: Option<u32>,
+    /// The planned pool as a whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<PoolStatus>,
+    /// The planned numbers per class.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub classes: Vec<ClassStatus>,
+    /// Per layer of the stack, whether the classes share it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub layers: Vec<LayerStatus>,
+}
+
+/// The planned pool.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolStatus {
+    /// Scope of spec.pool.
+    pub scope: Scope,
+    /// spec.pool.capacity.
+    pub capacity: u32,
+    /// Sum of the classes' reservations.
+    pub reserved_total: u64,
+    /// The shared surplus in force (spec or default).
+    pub shared_surplus: u32,
+    /// Current desired replicas of spec.workload, when it was found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<u32>,
+    /// maxReplicas of HorizontalPodAutoscalers that target the workload, summed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_replicas: Option<u32>,
+    /// Capacity one replica enforces (Fleet: capacity split over max(replicas, maxReplicas)).
+    pub per_replica_capacity: u32,
+    /// Capacity the whole fleet may hold: at the current replica count, and at maxReplicas.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet_capacity: Option<u64>,
+    /// Fleet capacity at maxReplicas (Instance scope multiplies with replicas).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet_capacity_at_max: Option<u64>,
+}
+
+/// Planned numbers of one class.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClassStatus {
+    /// Class name.
+    pub name: String,
+    /// Floor, as declared (per replica for Instance, fleet-wide for Fleet).
+    pub reserved: u32,
+    /// Ceiling in force (declared or reserved + sharedSurplus).
+    pub ceiling: u32,
+    /// Units the class may borrow from the shared surplus (ceiling - reserved).
+    pub borrowable: u32,
+    /// Units left to every other class when this one saturates (capacity - ceiling).
+    pub left_to_others: u32,
+    /// Floor one replica enforces.
+    pub reserved_per_replica: u32,
+    /// Ceiling one replica enforces.
+    pub ceiling_per_replica: u32,
+}
+
+/// One layer's verdict.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LayerStatus {
+    /// The layer.
+    pub name: Layer,
+    /// Whether spec.layers requires it.
+    pub required: bool,
+    /// Separate, Shared or Unverified.
+    pub state: LayerState,
+    /// Pairs of classes that are not Separate, with evidence.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pairs: Vec<PairStatus>,
+}
+
+/// Whether two classes share a layer, as far as the API can tell.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema)]
+pub enum LayerState {
+    /// The API shows evidence that they do not share it.
+    Separate,
+    /// The API shows that they share it; the evidence names the objects.
+    Shared,
+    /// The API cannot tell.
+    Unverified,
+}
+
+/// One pair of classes in a layer.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PairStatus {
+    /// The two classes.
+    pub classes: Vec<String>,
+    /// Their state in this layer.
+    pub state: LayerState,
+    /// The objects that show it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<String>,
+}

@@ -1,0 +1,11 @@
+//! bulkhead: partitioned capacity and verified isolation for Kubernetes.
+//!
+//! The core (`crd`, `snapshot`, `plan`) is pure and shared by the controller
+//! (`controller`) and the offline CLI (`offline`).
+
+pub mod controller;
+pub mod crd;
+pub mod offline;
+pub mod plan;
+pub mod snapshot;
+pub mod status;

@@ -1,0 +1,95 @@
+//! `plan`: a pure function from a Bulkhead and a Snapshot to the objects the
+//! operator should write and the numbers it reports. The controller applies
+//! its output; `bulkhead plan` prints it.
+
+mod capacity;
+mod changes;
+mod errors;
+mod pool_config;
+mod quotas;
+mod selector;
+mod validate;
+mod workload;
+
+use k8s_openapi::api::core::v1::{ConfigMap, ResourceQuota};
+use kube::ResourceExt;
+
+pub use changes::{changes, milli_units, Change};
+pub use capacity::{plan_capacity, CapacityPlan, ClassCapacity, Funding, Replicas};
+pub use errors::SpecError;
+pub use pool_config::{config_map_name, PoolClass, PoolConfig, POOL_CONFIG_KEY};
+pub use quotas::{quota_name, QuotaCollision};
+pub use selector::Matcher;
+pub use validate::{is_dns_label, validate};
+pub use workload::WorkloadMatch;
+
+use crate::{
+    crd::{Bulkhead, BULKHEAD_LABEL, CLASS_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE},
+    snapshot::{Labels, Snapshot},
+};
+
+/// Everything the operator intends for one Bulkhead.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// Spec problems; when any, nothing is written (the last good objects stay).
+    pub errors: Vec<SpecError>,
+    pub capacity: CapacityPlan,
+    /// The workload spec.workload resolved to, if it names one.
+    pub workload: Option<WorkloadMatch>,
+    /// The pool config, when there is a workload namespace to put it in and
+    /// the design is funded.
+    pub config_map: Option<ConfigMap>,
+    pub pool_config: Option<PoolConfig>,
+    /// Why no config is written although a workload is named.
+    pub config_withheld: Option<String>,
+    pub quotas: Vec<ResourceQuota>,
+    pub quota_collisions: Vec<QuotaCollision>,
+}
+
+impl Plan {
+    pub fn is_valid(&self) -> bool {
+        self.errors.is_empty()
+    }
+}
+
+pub fn plan(bulkhead: &Bulkhead, snapshot: &Snapshot) -> Plan {
+    let mut errors = validate(bulkhead);
+    let workload = bulkhead.spec.workload.as_ref().map(|w| workload::resolve(w, snapshot));
+    let (capacity, ceiling_errors) = plan_capacity(&bulkhead.spec, workload.as_ref().map(|w| w.replicas));
+    errors.extend(ceiling_errors);
+
+    let (mut quotas, quota_collisions) = quotas::plan_quotas(bulkhead, snapshot);
+    let mut config_map = None;
+    let mut pool_config = None;
+    let mut config_withheld = None;
+    if let Some(w) = &workload {
+        let namespace_ok = snapshot.namespaces.get(&w.namespace).is_some_and(|ns| !ns.terminating);
+        if !errors.is_empty() {
+            config_withheld = Some("the spec is invalid".to_string());
+        } else if !capacity.funding.is_funded() {
+            config_withheld = Some("the design is not funded".to_string());
+        } else if !namespace_ok {
+            config_withheld = Some(format!("namespace {} does not exist or is terminating", w.namespace));
+        } else {
+            let config = pool_config::pool_config(bulkhead, &capacity);
+            config_map = Some(pool_config::config_map(bulkhead, &w.namespace, &config));
+            pool_config = Some(config);
+        }
+    }
+    if !errors.is_empty() {
+        quotas.clear();
+    }
+    Plan { errors, capacity, workload, config_map, pool_config, config_withheld, quotas, quota_collisions }
+}
+
+/// Labels on every child object: who manages it, which Bulkhead (and class) owns it.
+pub fn child_labels(bulkhead: &Bulkhead, class: Option<&str>) -> Labels {
+    let mut labels = Labels::from([
+        (MANAGED_BY_LABEL.to_string(), MANAGED_BY_VALUE.to_string()),
+        (BULKHEAD_LABEL.to_string(), bulkhead.name_any()),
+    ]);
+    if let Some(class) = class {
+        labels.insert(CLASS_LABEL.to_string(), class.to_string());
+    }
+    labels
+}

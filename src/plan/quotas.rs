@@ -1,0 +1,69 @@
+//! Per-class ResourceQuotas, one in every namespace a class's
+//! namespaceSelector selects. A ResourceQuota bounds every pod of its
+//! namespace, so two classes' quotas in one namespace would each bound the
+//! other's pods too: such namespaces get no quota and are reported instead.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{ResourceQuota, ResourceQuotaSpec};
+use kube::{api::ObjectMeta, Resource, ResourceExt};
+
+use super::selector::Matcher;
+use crate::{crd::Bulkhead, snapshot::Snapshot};
+
+/// A namespace selected by the quotas of more than one class.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QuotaCollision {
+    pub namespace: String,
+    pub classes: Vec<String>,
+}
+
+pub fn quota_name(bulkhead: &str, class: &str) -> String {
+    format!("bulkhead-{bulkhead}-{class}")
+}
+
+/// The quotas to write, and the namespaces withheld because classes collide there.
+pub fn plan_quotas(bulkhead: &Bulkhead, snapshot: &Snapshot) -> (Vec<ResourceQuota>, Vec<QuotaCollision>) {
+    // namespace -> classes (with their quota) that select it
+    let mut wanted: BTreeMap<&str, Vec<&crate::crd::ClassSpec>> = BTreeMap::new();
+    for (i, class) in bulkhead.spec.classes.iter().enumerate() {
+        let Some(_) = &class.quota else { continue };
+        let selector = class.pods.as_ref().and_then(|p| p.namespace_selector.as_ref());
+        // Without a namespaceSelector the spec is invalid (reported by validate).
+        let Some(selector) = selector else { continue };
+        let Ok(matcher) = Matcher::parse(Some(selector), &format!("spec.classes[{i}].pods.namespaceSelector")) else {
+            continue;
+        };
+        for ns in snapshot.namespaces.values() {
+            if !ns.terminating && matcher.matches(&ns.labels) {
+                wanted.entry(ns.name.as_str()).or_default().push(class);
+            }
+        }
+    }
+    let mut quotas = Vec::new();
+    let mut collisions = Vec::new();
+    for (namespace, classes) in wanted {
+        if classes.len() > 1 {
+            collisions.push(QuotaCollision {
+                namespace: namespace.to_string(),
+                classes: classes.iter().map(|c| c.name.clone()).collect(),
+            });
+            continue;
+        }
+        for class in classes {
+            let Some(quota) = &class.quota else { continue };
+            quotas.push(ResourceQuota {
+                metadata: ObjectMeta {
+                    name: Some(quota_name(&bulkhead.name_any(), &class.name)),
+                    namespace: Some(namespace.to_string()),
+                    labels: Some(super::child_labels(bulkhead, Some(&class.name))),
+                    owner_references: bulkhead.controller_owner_ref(&()).map(|o| vec![o]),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(ResourceQuotaSpec { hard: Some(quota.hard.clone()), ..ResourceQuotaSpec::default() }),
+                ..ResourceQuota::default()
+            });
+        }
+    }
+    (quotas, collisions)
+}

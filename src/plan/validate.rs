@@ -1,0 +1,78 @@
+//! Spec rules the CRD schema cannot state (or that offline input skipped the
+//! schema for). Each error names its field.
+
+use std::collections::BTreeSet;
+
+use super::{selector::Matcher, SpecError};
+use crate::crd::{Bulkhead, Scope};
+
+/// Longest Bulkhead name: it becomes a label value on everything the operator writes.
+pub const MAX_NAME_LEN: usize = 63;
+
+pub fn validate(bulkhead: &Bulkhead) -> Vec<SpecError> {
+    let spec = &bulkhead.spec;
+    let mut errors = Vec::new();
+    let name = bulkhead.metadata.name.as_deref().unwrap_or_default();
+    if name.is_empty() {
+        errors.push(SpecError::new("metadata.name", "is required"));
+    } else if name.len() > MAX_NAME_LEN || !is_dns_label(name) {
+        errors.push(SpecError::new(
+            "metadata.name",
+            format!("{name:?} must be a DNS label of at most {MAX_NAME_LEN} characters (it is used as a label value)"),
+        ));
+    }
+    if !is_dns_label(&spec.pool.resource) {
+        errors.push(SpecError::new("spec.pool.resource", format!("{:?} must be a DNS label", spec.pool.resource)));
+    }
+    if spec.classes.is_empty() {
+        errors.push(SpecError::new("spec.classes", "at least one class is required"));
+    }
+    if spec.pool.scope == Scope::Fleet && spec.workload.is_none() {
+        errors.push(SpecError::new(
+            "spec.workload",
+            "is required when spec.pool.scope is Fleet (its replicas divide the pool)",
+        ));
+    }
+    if let Some(workload) = &spec.workload {
+        if !is_dns_label(&workload.namespace) {
+            errors.push(SpecError::new("spec.workload.namespace", format!("{:?} must be a DNS label", workload.namespace)));
+        }
+        if let Err(e) = Matcher::parse(Some(&workload.selector), "spec.workload.selector") {
+            errors.push(e);
+        }
+    }
+    let mut seen = BTreeSet::new();
+    for (i, class) in spec.classes.iter().enumerate() {
+        let field = |f: &str| format!("spec.classes[{i}].{f}");
+        if !is_dns_label(&class.name) {
+            errors.push(SpecError::new(field("name"), format!("{:?} must be a DNS label", class.name)));
+        }
+        if !seen.insert(class.name.as_str()) {
+            errors.push(SpecError::new(field("name"), format!("duplicate class name {:?}", class.name)));
+        }
+        if let Some(pods) = &class.pods {
+            for (sel, f) in [(&pods.namespace_selector, "pods.namespaceSelector"), (&pods.pod_selector, "pods.podSelector")] {
+                if let Err(e) = Matcher::parse(sel.as_ref(), &field(f)) {
+                    errors.push(e);
+                }
+            }
+        }
+        if class.quota.is_some() && class.pods.as_ref().and_then(|p| p.namespace_selector.as_ref()).is_none() {
+            errors.push(SpecError::new(
+                field("quota"),
+                "needs pods.namespaceSelector to say which namespaces receive the quota",
+            ));
+        }
+    }
+    errors
+}
+
+/// DNS-1123 label: lower-case alphanumerics and '-', starting and ending alphanumeric, 1-63 long.
+pub fn is_dns_label(s: &str) -> bool {
+    let bytes = s.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 63
+        && bytes.iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+        && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
+        && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
+}

@@ -1,0 +1,60 @@
+//! `Snapshot`: plain data describing what the cluster looks like now. The
+//! controller keeps one up to date from watches; the offline CLI builds one
+//! from YAML files. Planning and auditing read nothing else.
+//!
+//! Only the fields the planner and the audit need are kept: a watched object
+//! is reduced to its lean form as it arrives (see `lean.rs`).
+
+mod lean;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{ConfigMap, ResourceQuota};
+
+pub use lean::{Autoscaler, Labels, NamespaceInfo, Workload, WorkloadKind};
+
+/// Namespace and name of a namespaced object.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjectKey {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ObjectKey {
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        Self { namespace: namespace.into(), name: name.into() }
+    }
+}
+
+impl std::fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// The cluster, as far as bulkhead needs to know it.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    pub namespaces: BTreeMap<String, NamespaceInfo>,
+    /// Deployments and StatefulSets, keyed by kind then namespace/name.
+    pub workloads: BTreeMap<(WorkloadKind, ObjectKey), Workload>,
+    pub autoscalers: BTreeMap<ObjectKey, Autoscaler>,
+    /// ConfigMaps the operator wrote (labelled managed-by bulkhead).
+    pub config_maps: BTreeMap<ObjectKey, ConfigMap>,
+    /// ResourceQuotas the operator wrote (labelled managed-by bulkhead).
+    pub resource_quotas: BTreeMap<ObjectKey, ResourceQuota>,
+}
+
+impl Snapshot {
+    /// Deployments and StatefulSets in `namespace`.
+    pub fn workloads_in<'a>(&'a self, namespace: &'a str) -> impl Iterator<Item = &'a Workload> + 'a {
+        self.workloads.values().filter(move |w| w.namespace == namespace)
+    }
+
+    /// Autoscalers in `namespace` that target the workload `kind`/`name`.
+    pub fn autoscalers_of<'a>(&'a self, workload: &'a Workload) -> impl Iterator<Item = &'a Autoscaler> + 'a {
+        self.autoscalers.values().filter(move |a| {
+            a.namespace == workload.namespace && a.target_kind == workload.kind.as_str() && a.target_name == workload.name
+        })
+    }
+}

@@ -1,0 +1,185 @@
+//! The status a Bulkhead reports, built from the plan (and the outcome of
+//! applying it), merged with the previous status so that nothing moves unless
+//! something changed.
+
+mod conditions;
+
+pub use conditions::{merge_conditions, DesiredCondition, Status};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use crate::{
+    crd::{Bulkhead, BulkheadStatus, ClassStatus, PoolStatus},
+    plan::{Funding, Plan},
+};
+
+/// Condition types.
+pub const READY: &str = "Ready";
+pub const FUNDED: &str = "Funded";
+pub const CONTROL_PLANE_LANE: &str = "ControlPlaneLane";
+pub const QUOTAS_SCOPED: &str = "QuotasScoped";
+
+/// What happened when the plan was applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ApplyOutcome {
+    Applied { config_maps: usize, quotas: usize },
+    /// Offline, or a spec error stopped it.
+    NotApplied,
+    Failed(String),
+}
+
+/// The status to report. `previous` keeps condition transition times stable.
+pub fn build_status(
+    bulkhead: &Bulkhead,
+    plan: &Plan,
+    outcome: &ApplyOutcome,
+    previous: Option<&BulkheadStatus>,
+    now: &Time,
+) -> BulkheadStatus {
+    let generation = bulkhead.metadata.generation;
+    let desired = desired_conditions(plan, outcome);
+    let previous_conditions = previous.map(|s| s.conditions.as_slice()).unwrap_or_default();
+    let cap = &plan.capacity;
+    BulkheadStatus {
+        observed_generation: generation,
+        conditions: merge_conditions(previous_conditions, desired, generation, now),
+        class_count: u32::try_from(bulkhead.spec.classes.len()).ok(),
+        pool: Some(PoolStatus {
+            scope: cap.scope,
+            capacity: cap.capacity,
+            reserved_total: cap.reserved_total,
+            shared_surplus: cap.shared_surplus,
+            replicas: cap.replicas.map(|r| r.current),
+            max_replicas: cap.replicas.and_then(|r| r.max),
+            per_replica_capacity: cap.per_replica_capacity,
+            fleet_capacity: cap.fleet_capacity,
+            fleet_capacity_at_max: cap.fleet_capacity_at_max,
+        }),
+        classes: cap
+            .classes
+            .iter()
+            .map(|c| ClassStatus {
+                name: c.name.clone(),
+                reserved: c.reserved,
+                ceiling: c.ceiling,
+                borrowable: c.borrowable,
+                left_to_others: c.left_to_others,
+                reserved_per_replica: c.reserved_per_replica,
+                ceiling_per_replica: c.ceiling_per_replica,
+            })
+            .collect(),
+        layers: previous.map(|s| s.layers.clone()).unwrap_or_default(),
+    }
+}
+
+fn desired_conditions(plan: &Plan, outcome: &ApplyOutcome) -> Vec<DesiredCondition> {
+    vec![ready(plan, outcome), funded(plan), control_plane_lane(plan), quotas_scoped(plan)]
+}
+
+fn ready(plan: &Plan, outcome: &ApplyOutcome) -> DesiredCondition {
+    if !plan.errors.is_empty() {
+        let message = plan.errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
+        return DesiredCondition::new(READY, Status::False, "InvalidSpec", message);
+    }
+    if let ApplyOutcome::Failed(message) = outcome {
+        return DesiredCondition::new(READY, Status::False, "ApplyFailed", message.clone());
+    }
+    if !plan.capacity.funding.is_funded() {
+        return DesiredCondition::new(
+            READY,
+            Status::False,
+            "NotFunded",
+            "the pool config is not written until the design is funded (see Funded)",
+        );
+    }
+    if let Some(w) = &plan.workload {
+        if let Some(why) = &plan.config_withheld {
+            return DesiredCondition::new(READY, Status::False, "ConfigWithheld", format!("no pool config: {why}"));
+        }
+        if w.workloads.is_empty() {
+            return DesiredCondition::new(
+                READY,
+                Status::False,
+                "WorkloadNotFound",
+                format!(
+                    "no Deployment or StatefulSet in namespace {} matches spec.workload.selector; \
+                     the pool config assumes 1 replica",
+                    w.namespace
+                ),
+            );
+        }
+    }
+    let message = match outcome {
+        ApplyOutcome::Applied { config_maps, quotas } => {
+            format!("{config_maps} pool config(s) and {quotas} quota(s) are up to date")
+        }
+        _ => format!(
+            "planned {} pool config(s) and {} quota(s)",
+            usize::from(plan.config_map.is_some()),
+            plan.quotas.len()
+        ),
+    };
+    DesiredCondition::new(READY, Status::True, "Reconciled", message)
+}
+
+fn funded(plan: &Plan) -> DesiredCondition {
+    match &plan.capacity.funding {
+        Funding::Funded { message } => DesiredCondition::new(FUNDED, Status::True, "Funded", message.clone()),
+        Funding::Unfundable { message } => DesiredCondition::new(FUNDED, Status::False, "Unfundable", message.clone()),
+        Funding::FloorRoundsToZero { message, .. } => {
+            DesiredCondition::new(FUNDED, Status::False, "FloorRoundsToZero", message.clone())
+        }
+    }
+}
+
+fn control_plane_lane(plan: &Plan) -> DesiredCondition {
+    let critical: Vec<String> = plan
+        .capacity
+        .classes
+        .iter()
+        .filter(|c| c.critical)
+        .map(|c| format!("{} (reserved {})", c.name, c.reserved))
+        .collect();
+    if critical.is_empty() {
+        DesiredCondition::new(
+            CONTROL_PLANE_LANE,
+            Status::False,
+            "NoCriticalClass",
+            "no class is critical: health checks and admin traffic compete with everything else during an \
+             overload; mark a small class critical: true (the cheapest reservation there is)",
+        )
+    } else {
+        DesiredCondition::new(
+            CONTROL_PLANE_LANE,
+            Status::True,
+            "CriticalClass",
+            format!("control-plane lane: {}", critical.join(", ")),
+        )
+    }
+}
+
+fn quotas_scoped(plan: &Plan) -> DesiredCondition {
+    if plan.quota_collisions.is_empty() {
+        return DesiredCondition::new(
+            QUOTAS_SCOPED,
+            Status::True,
+            "QuotasScoped",
+            format!("{} quota(s), each alone in its namespace", plan.quotas.len()),
+        );
+    }
+    let detail = plan
+        .quota_collisions
+        .iter()
+        .map(|c| format!("namespace {} is selected by the quotas of {}", c.namespace, c.classes.join(" and ")))
+        .collect::<Vec<_>>()
+        .join("; ");
+    DesiredCondition::new(
+        QUOTAS_SCOPED,
+        Status::False,
+        "QuotaNamespaceShared",
+        format!(
+            "{detail}: a ResourceQuota bounds every pod of its namespace, so each would also bound the other \
+             classes; no quota was written there"
+        ),
+    )
+}
