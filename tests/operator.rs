@@ -1,0 +1,445 @@
+//! The operator end to end: installed with the Helm chart, run with the
+//! chart's RBAC against the real control plane.
+
+mod support;
+
+use std::time::Duration;
+
+use bulkhead::{crd::Bulkhead, plan::PoolConfig};
+use k8s_openapi::api::{
+    apps::v1::Deployment,
+    core::v1::{ConfigMap, ResourceQuota},
+};
+use kube::{api::{Api, ListParams, Patch, PatchParams}, Client};
+use serde_json::json;
+use support::{audit, operator::Operator, unique_suffix, wait_for, ControlPlane, TestNamespace};
+
+const SETTLE: Duration = Duration::from_secs(30);
+
+fn deployment_yaml(ns: &str, name: &str, replicas: u32) -> String {
+    format!(
+        r#"apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: {name}}}}}
+  template:
+    metadata: {{labels: {{app: {name}}}}}
+    spec: {{containers: [{{name: c, image: registry.k8s.io/pause:3.9}}]}}
+"#
+    )
+}
+
+/// A Fleet-scoped Bulkhead: 200 connections, 4 × 30 reserved + 80 shared,
+/// over the `api` Deployment in `ns`; `checkout` has a quota in namespaces
+/// labelled `quota-for={ns}`.
+fn fleet_bulkhead(name: &str, ns: &str, checkout_reserved: u32) -> String {
+    format!(
+        r#"apiVersion: bulkhead.dev/v1alpha1
+kind: Bulkhead
+metadata: {{name: {name}}}
+spec:
+  dimension: Dependency
+  pool: {{resource: connections, capacity: 200, scope: Fleet, sharedSurplus: 80}}
+  workload: {{namespace: {ns}, selector: {{matchLabels: {{app: api}}}}}}
+  layers: [Process]
+  classes:
+  - name: checkout
+    reserved: {checkout_reserved}
+    pods: {{namespaceSelector: {{matchLabels: {{quota-for: {ns}}}}}}}
+    quota: {{hard: {{pods: "20", cpu: "8"}}}}
+  - {{name: search, reserved: 30}}
+  - {{name: reports, reserved: 30}}
+  - {{name: control-plane, reserved: 30, critical: true}}
+"#
+    )
+}
+
+async fn condition(api: &Api<Bulkhead>, name: &str, type_: &str) -> Option<(String, String, String)> {
+    let bh = api.get(name).await.ok()?;
+    let status = bh.status?;
+    if status.observed_generation != bh.metadata.generation {
+        return None;
+    }
+    let c = status.conditions.into_iter().find(|c| c.type_ == type_)?;
+    Some((c.status, c.reason, c.message))
+}
+
+async fn wait_condition(client: &Client, name: &str, type_: &str, status: &str) -> (String, String) {
+    let api: Api<Bulkhead> = Api::all(client.clone());
+    wait_for(&format!("{name}: {type_}={status}"), SETTLE, || {
+        let api = api.clone();
+        async move {
+            let (s, reason, message) = condition(&api, name, type_).await?;
+            (s == status).then_some((reason, message))
+        }
+    })
+    .await
+}
+
+async fn pool_config(client: &Client, ns: &str, name: &str) -> Option<PoolConfig> {
+    let cm = Api::<ConfigMap>::namespaced(client.clone(), ns).get(&format!("bulkhead-{name}")).await.ok()?;
+    serde_json::from_str(cm.data?.get("pools.json")?).ok()
+}
+
+fn started() -> (&'static ControlPlane, &'static Operator) {
+    (ControlPlane::get(), Operator::get())
+}
+
+#[tokio::test]
+async fn the_chart_installs_and_the_operator_serves_health_and_metrics() {
+    let (_, op) = started();
+    assert_eq!(op.http_get("/healthz").map(|r| r.0), Some(200));
+    assert_eq!(op.http_get("/readyz").map(|r| r.0), Some(200));
+    let (code, body) = op.http_get("/metrics").expect("metrics answer");
+    assert_eq!(code, 200);
+    assert!(body.contains("bulkhead_reconciles_total"), "{body}");
+}
+
+#[tokio::test]
+async fn a_bulkhead_gets_its_pool_config_and_quota_and_reports_funded() {
+    let (cp, _) = started();
+    let client = cp.client().await;
+    let ns = TestNamespace::new("core-apply", &[]).await;
+    cp.kubectl(&["label", "namespace", &ns.name, &format!("quota-for={}", ns.name)]);
+    cp.apply_yaml(&deployment_yaml(&ns.name, "api", 2));
+    let name = format!("apply-{}", unique_suffix());
+    cp.apply_yaml(&fleet_bulkhead(&name, &ns.name, 30));
+
+    let (reason, message) = wait_condition(&client, &name, "Funded", "True").await;
+    assert_eq!(reason, "Funded");
+    assert!(message.contains("30 + 30 + 30 + 30 = 120, plus shared surplus 80, is 200 of 200"), "{message}");
+    wait_condition(&client, &name, "Ready", "True").await;
+    let (_, lane) = wait_condition(&client, &name, "ControlPlaneLane", "True").await;
+    assert!(lane.contains("control-plane"), "{lane}");
+
+    let config = pool_config(&client, &ns.name, &name).await.expect("pool config written");
+    assert_eq!(config.divided_by, 2, "Fleet pool split over 2 replicas");
+    assert_eq!(config.capacity, 100);
+    assert_eq!(config.shared_surplus, 40);
+    let checkout = config.classes.iter().find(|c| c.name == "checkout").expect("checkout");
+    assert_eq!((checkout.reserved, checkout.ceiling), (15, 55));
+    assert_eq!(config.on_ceiling, "reject");
+
+    let quota = Api::<ResourceQuota>::namespaced(client.clone(), &ns.name)
+        .get(&format!("bulkhead-{name}-checkout"))
+        .await
+        .expect("quota written");
+    let hard = quota.spec.and_then(|s| s.hard).expect("hard");
+    assert_eq!(hard.get("pods").map(|q| q.0.as_str()), Some("20"));
+
+    let bh = Api::<Bulkhead>::all(client.clone()).get(&name).await.expect("bulkhead");
+    let status = bh.status.expect("status");
+    let class = status.classes.iter().find(|c| c.name == "checkout").expect("class status");
+    assert_eq!((class.ceiling, class.borrowable, class.left_to_others), (110, 80, 90));
+    assert_eq!(status.pool.expect("pool").replicas, Some(2));
+    cp.kubectl(&["delete", "bulkhead", &name]);
+}
+
+#[tokio::test]
+async fn changing_a_reservation_or_scaling_the_workload_rewrites_the_config() {
+    let (cp, _) = started();
+    let client = cp.client().await;
+    let ns = TestNamespace::new("core-rewrite", &[]).await;
+    cp.apply_yaml(&deployment_yaml(&ns.name, "api", 2));
+    let name = format!("rewrite-{}", unique_suffix());
+    cp.apply_yaml(&fleet_bulkhead(&name, &ns.name, 30));
+    wait_for("first config", SETTLE, || pool_config(&client, &ns.name, &name)).await;
+
+    // 40 + 30 + 30 + 30 + 80 = 210 > 200: lower the surplus to keep it funded.
+    let bulkheads: Api<Bulkhead> = Api::all(client.clone());
+    bulkheads
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"pool": {"sharedSurplus": 70}, "classes": [
+                {"name": "checkout", "reserved": 40},
+                {"name": "search", "reserved": 30},
+                {"name": "reports", "reserved": 30},
+                {"name": "control-plane", "reserved": 30, "critical": true}
+            ]}})),
+        )
+        .await
+        .expect("patch reservation");
+    let config = wait_for("config with checkout 40", SETTLE, || async {
+        let c = pool_config(&client, &ns.name, &name).await?;
+        (c.classes.iter().any(|k| k.name == "checkout" && k.reserved == 20)).then_some(c)
+    })
+    .await;
+    assert_eq!(config.shared_surplus, 35);
+
+    Api::<Deployment>::namespaced(client.clone(), &ns.name)
+        .patch("api", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 4}})))
+        .await
+        .expect("scale");
+    let config = wait_for("config divided by 4", SETTLE, || async {
+        let c = pool_config(&client, &ns.name, &name).await?;
+        (c.divided_by == 4).then_some(c)
+    })
+    .await;
+    assert_eq!(config.capacity, 50);
+    assert_eq!(config.classes.iter().find(|c| c.name == "checkout").map(|c| c.reserved), Some(10));
+    cp.kubectl(&["delete", "bulkhead", &name]);
+}
+
+#[tokio::test]
+async fn an_unfundable_bulkhead_says_why_and_the_others_keep_working() {
+    let (cp, _) = started();
+    let client = cp.client().await;
+    let ns = TestNamespace::new("core-unfunded", &[]).await;
+    cp.apply_yaml(&deployment_yaml(&ns.name, "api", 1));
+    let bad = format!("unfunded-{}", unique_suffix());
+    cp.apply_yaml(&format!(
+        r#"apiVersion: bulkhead.dev/v1alpha1
+kind: Bulkhead
+metadata: {{name: {bad}}}
+spec:
+  dimension: Tenant
+  pool: {{resource: connections, capacity: 200, sharedSurplus: 80}}
+  workload: {{namespace: {ns}, selector: {{matchLabels: {{app: api}}}}}}
+  classes:
+  - {{name: a, reserved: 100}}
+  - {{name: b, reserved: 50}}
+"#,
+        ns = ns.name
+    ));
+    let good = format!("funded-{}", unique_suffix());
+    cp.apply_yaml(&fleet_bulkhead(&good, &ns.name, 30));
+
+    let (reason, message) = wait_condition(&client, &bad, "Funded", "False").await;
+    assert_eq!(reason, "Unfundable");
+    assert!(message.contains("reserved 100 + 50 = 150, plus shared surplus 80, is 230: 30 more than the capacity of 200"), "{message}");
+    let (reason, _) = wait_condition(&client, &bad, "Ready", "False").await;
+    assert_eq!(reason, "NotFunded");
+    assert!(pool_config(&client, &ns.name, &bad).await.is_none(), "no config for an unfunded design");
+
+    wait_condition(&client, &good, "Ready", "True").await;
+    assert!(pool_config(&client, &ns.name, &good).await.is_some());
+    cp.kubectl(&["delete", "bulkhead", &bad, &good]);
+}
+
+#[tokio::test]
+async fn a_bulkhead_the_types_cannot_read_is_reported_and_does_not_stall_others() {
+    let (cp, _) = started();
+    let client = cp.client().await;
+    let broken = format!("broken-{}", unique_suffix());
+    // The schema says "integer >= 0"; 2^33 passes it but not the u32 it maps to.
+    cp.apply_yaml(&format!(
+        r#"apiVersion: bulkhead.dev/v1alpha1
+kind: Bulkhead
+metadata: {{name: {broken}}}
+spec:
+  dimension: Tenant
+  pool: {{resource: connections, capacity: 8589934592}}
+  classes: [{{name: a, reserved: 1}}]
+"#
+    ));
+    let fine = format!("fine-{}", unique_suffix());
+    cp.apply_yaml(&format!(
+        r#"apiVersion: bulkhead.dev/v1alpha1
+kind: Bulkhead
+metadata: {{name: {fine}}}
+spec:
+  dimension: Tenant
+  pool: {{resource: connections, capacity: 10}}
+  classes: [{{name: a, reserved: 1, critical: true}}]
+"#
+    ));
+    // Read it untyped: the typed client cannot decode it either.
+    let cp_ = cp;
+    let (reason, message) = wait_for("broken: Ready=False", SETTLE, || async {
+        let out = cp_.kubectl(&["get", "bulkhead", &broken, "-o",
+            r#"jsonpath={.status.conditions[?(@.type=="Ready")].status}|{.status.conditions[?(@.type=="Ready")].reason}|{.status.conditions[?(@.type=="Ready")].message}"#]);
+        let mut parts = out.splitn(3, '|');
+        let (status, reason, message) = (parts.next()?, parts.next()?, parts.next()?);
+        (status == "False").then(|| (reason.to_string(), message.to_string()))
+    })
+    .await;
+    assert_eq!(reason, "InvalidSpec");
+    assert!(message.contains("spec.pool.capacity"), "the field is named: {message}");
+    wait_condition(&client, &fine, "Ready", "True").await;
+    cp.kubectl(&["delete", "bulkhead", &broken, &fine]);
+}
+
+#[tokio::test]
+async fn planner_rules_the_schema_cannot_state_are_reported_with_the_field() {
+    let (cp, _) = started();
+    let client = cp.client().await;
+    let name = format!("ceiling-{}", unique_suffix());
+    cp.apply_yaml(&format!(
+        r#"apiVersion: bulkhead.dev/v1alpha1
+kind: Bulkhead
+metadata: {{name: {name}}}
+spec:
+  dimension: Dependency
+  pool: {{resource: connections, capacity: 200, sharedSurplus: 80}}
+  classes:
+  - {{name: a, reserved: 30, ceiling: 150}}
+  - {{name: b, reserved: 30}}
+"#
+    ));
+    let (reason, message) = wait_condition(&client, &name, "Ready", "False").await;
+    assert_eq!(reason, "InvalidSpec");
+    assert!(message.contains("spec.classes[0].ceiling: 150 exceeds reserved + sharedSurplus (30 + 80 = 110)"), "{message}");
+    cp.kubectl(&["delete", "bulkhead", &name]);
+}
+
+#[test]
+fn the_schema_rejects_bad_names_and_duplicate_classes() {
+    let cp = ControlPlane::get();
+    Operator::get();
+    let attempt = |yaml: &str| {
+        use std::io::Write;
+        let mut child = std::process::Command::new(&cp.kubectl)
+            .arg("--kubeconfig")
+            .arg(&cp.kubeconfig)
+            .args(["apply", "-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("kubectl");
+        child.stdin.take().expect("stdin").write_all(yaml.as_bytes()).expect("write");
+        let out = child.wait_with_output().expect("kubectl ends");
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (ok, err) = attempt(
+        "apiVersion: bulkhead.dev/v1alpha1\nkind: Bulkhead\nmetadata: {name: badname}\nspec:\n  dimension: Tenant\n  pool: {resource: connections, capacity: 10}\n  classes: [{name: Bad_Name, reserved: 1}]\n",
+    );
+    assert!(!ok && err.contains("spec.classes.name"), "{err}");
+    let (ok, err) = attempt(
+        "apiVersion: bulkhead.dev/v1alpha1\nkind: Bulkhead\nmetadata: {name: dupes}\nspec:\n  dimension: Tenant\n  pool: {resource: connections, capacity: 10}\n  classes: [{name: a, reserved: 1}, {name: a, reserved: 2}]\n",
+    );
+    assert!(!ok && err.contains("Duplicate value"), "{err}");
+    let (ok, err) = attempt(
+        "apiVersion: bulkhead.dev/v1alpha1\nkind: Bulkhead\nmetadata: {name: negative}\nspec:\n  dimension: Sideways\n  pool: {resource: connections, capacity: -1}\n  classes: [{name: a, reserved: 1}]\n",
+    );
+    assert!(!ok && err.contains("spec.dimension") && err.contains("spec.pool.capacity"), "{err}");
+}
+
+#[tokio::test]
+async fn two_quotas_in_one_namespace_are_reported_instead_of_written() {
+    let (cp, _) = started();
+    let client = cp.client().await;
+    let ns = TestNamespace::new("core-collide", &[]).await;
+    let label = format!("collide-{}", unique_suffix());
+    cp.kubectl(&["label", "namespace", &ns.name, &format!("team={label}")]);
+    let name = format!("collide-{}", unique_suffix());
+    cp.apply_yaml(&format!(
+        r#"apiVersion: bulkhead.dev/v1alpha1
+kind: Bulkhead
+metadata: {{name: {name}}}
+spec:
+  dimension: Tenant
+  pool: {{resource: connections, capacity: 100}}
+  classes:
+  - {{name: a, reserved: 10, pods: {{namespaceSelector: {{matchLabels: {{team: {label}}}}}}}, quota: {{hard: {{pods: "5"}}}}}}
+  - {{name: b, reserved: 10, pods: {{namespaceSelector: {{matchLabels: {{team: {label}}}}}}}, quota: {{hard: {{pods: "5"}}}}}}
+"#
+    ));
+    let (reason, message) = wait_condition(&client, &name, "QuotasScoped", "False").await;
+    assert_eq!(reason, "QuotaNamespaceShared");
+    assert!(message.contains(&format!("namespace {} is selected by the quotas of a and b", ns.name)), "{message}");
+    let quotas = Api::<ResourceQuota>::namespaced(client.clone(), &ns.name).list(&ListParams::default()).await.expect("list");
+    assert!(quotas.items.is_empty(), "no misleading quota written");
+    cp.kubectl(&["delete", "bulkhead", &name]);
+}
+
+#[tokio::test]
+async fn deleting_a_bulkhead_removes_what_it_made_and_nothing_else() {
+    let (cp, _) = started();
+    let client = cp.client().await;
+    let ns = TestNamespace::new("core-delete", &[]).await;
+    cp.kubectl(&["label", "namespace", &ns.name, &format!("quota-for={}", ns.name)]);
+    cp.apply_yaml(&deployment_yaml(&ns.name, "api", 1));
+    // Objects someone else made, in the same namespace.
+    cp.kubectl(&["-n", &ns.name, "create", "configmap", "theirs", "--from-literal=k=v"]);
+    cp.kubectl(&["-n", &ns.name, "create", "quota", "their-quota", "--hard=pods=50"]);
+    let name = format!("delete-{}", unique_suffix());
+    cp.apply_yaml(&fleet_bulkhead(&name, &ns.name, 30));
+    wait_condition(&client, &name, "Ready", "True").await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let rqs: Api<ResourceQuota> = Api::namespaced(client.clone(), &ns.name);
+    assert!(cms.get(&format!("bulkhead-{name}")).await.is_ok());
+    assert!(rqs.get(&format!("bulkhead-{name}-checkout")).await.is_ok());
+
+    cp.kubectl(&["delete", "bulkhead", &name]);
+    wait_for("children garbage-collected", SETTLE, || async {
+        let cm_gone = cms.get_opt(&format!("bulkhead-{name}")).await.ok()?.is_none();
+        let rq_gone = rqs.get_opt(&format!("bulkhead-{name}-checkout")).await.ok()?.is_none();
+        (cm_gone && rq_gone).then_some(())
+    })
+    .await;
+    assert!(cms.get("theirs").await.is_ok(), "someone else's ConfigMap stays");
+    assert!(rqs.get("their-quota").await.is_ok(), "someone else's quota stays");
+    assert!(Api::<Deployment>::namespaced(client, &ns.name).get("api").await.is_ok(), "the workload stays");
+}
+
+#[tokio::test]
+async fn an_unchanged_cluster_gets_no_writes() {
+    let (cp, _) = started();
+    let client = cp.client().await;
+    let ns = TestNamespace::new("core-rest", &[]).await;
+    cp.kubectl(&["label", "namespace", &ns.name, &format!("quota-for={}", ns.name)]);
+    cp.apply_yaml(&deployment_yaml(&ns.name, "api", 3));
+    let name = format!("rest-{}", unique_suffix());
+    cp.apply_yaml(&fleet_bulkhead(&name, &ns.name, 30));
+    wait_condition(&client, &name, "Ready", "True").await;
+    // Let the reconcile that follows the status write happen.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let rv = |m: &kube::api::ObjectMeta| m.resource_version.clone().unwrap_or_default();
+    let bulkheads: Api<Bulkhead> = Api::all(client.clone());
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let rqs: Api<ResourceQuota> = Api::namespaced(client.clone(), &ns.name);
+    let before = (
+        rv(&bulkheads.get(&name).await.expect("bh").metadata),
+        rv(&cms.get(&format!("bulkhead-{name}")).await.expect("cm").metadata),
+        rv(&rqs.get(&format!("bulkhead-{name}-checkout")).await.expect("rq").metadata),
+    );
+    let since = audit::now_rfc3339();
+    // A change the planner reads (a namespace label) re-plans every Bulkhead.
+    cp.kubectl(&["label", "namespace", &ns.name, "touched=yes"]);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = (
+        rv(&bulkheads.get(&name).await.expect("bh").metadata),
+        rv(&cms.get(&format!("bulkhead-{name}")).await.expect("cm").metadata),
+        rv(&rqs.get(&format!("bulkhead-{name}-checkout")).await.expect("rq").metadata),
+    );
+    assert_eq!(before, after, "resourceVersions moved at rest");
+    let writes: Vec<_> = audit::writes_by(&cp.dir, support::operator::USER, &since)
+        .into_iter()
+        .filter(|w| w.uri.contains(&name) || w.uri.contains(&format!("/namespaces/{}/", ns.name)))
+        .collect();
+    assert!(writes.is_empty(), "the operator wrote at rest: {writes:#?}");
+    cp.kubectl(&["delete", "bulkhead", &name]);
+}
+
+#[tokio::test]
+async fn the_examples_apply_and_report_status() {
+    let (cp, _) = started();
+    let client = cp.client().await;
+    let root = support::repo_root();
+    cp.kubectl(&["apply", "-f", &root.join("examples/cluster").display().to_string()]);
+    cp.kubectl(&["apply", "-f", &root.join("examples/four-dependencies.yaml").display().to_string()]);
+    cp.kubectl(&["apply", "-f", &root.join("examples/control-plane-lane.yaml").display().to_string()]);
+    let names: Vec<String> = ["four-dependencies", "control-plane-lane"]
+        .iter()
+        .map(|f| {
+            let text = std::fs::read_to_string(root.join(format!("examples/{f}.yaml"))).expect("example");
+            let bh: Bulkhead = serde_yaml::Deserializer::from_str(&text)
+                .filter_map(|d| serde::Deserialize::deserialize(d).ok())
+                .find_map(|v: serde_yaml::Value| serde_yaml::from_value::<Bulkhead>(v).ok())
+                .expect("a Bulkhead in the example");
+            bh.metadata.name.expect("named")
+        })
+        .collect();
+    let (_, message) = wait_condition(&client, &names[0], "Funded", "True").await;
+    assert!(message.contains("is 200 of 200"), "{message}");
+    let (_, message) = wait_condition(&client, &names[1], "Funded", "True").await;
+    assert!(message.contains("40 + 30 + 10 + 5 = 85, plus shared surplus 115, is 200 of 200"), "{message}");
+    wait_condition(&client, &names[1], "ControlPlaneLane", "True").await;
+    let table = cp.kubectl(&["get", "bulkheads", &names[1]]);
+    assert!(table.contains("Operation") && table.contains("True"), "{table}");
+}

@@ -1,0 +1,200 @@
+//! Test support: one real control plane per test binary (started with
+//! `tests/control-plane up`, or reused from `BULKHEAD_CP_DIR`), a namespace per
+//! test, fake nodes where a test needs them, and the operator binary run under
+//! the Helm chart's RBAC. Nothing here skips: a missing control plane fails
+//! the test with the reason.
+#![allow(dead_code)]
+
+pub mod audit;
+pub mod operator;
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    sync::OnceLock,
+    time::{Duration, Instant},
+};
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::{
+    api::{Api, DeleteParams, PostParams},
+    config::{KubeConfigOptions, Kubeconfig},
+    Client, Config,
+};
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub struct ControlPlane {
+    pub dir: PathBuf,
+    pub kubeconfig: PathBuf,
+    pub kubectl: PathBuf,
+}
+
+static CONTROL_PLANE: OnceLock<ControlPlane> = OnceLock::new();
+
+impl ControlPlane {
+    /// The control plane of this test binary, started on first use.
+    pub fn get() -> &'static ControlPlane {
+        CONTROL_PLANE.get_or_init(|| {
+            let dir = match std::env::var("BULKHEAD_CP_DIR") {
+                Ok(dir) if !dir.is_empty() => PathBuf::from(dir),
+                _ => start_control_plane(),
+            };
+            let kubeconfig = dir.join("admin.kubeconfig");
+            assert!(kubeconfig.exists(), "control plane at {} has no admin.kubeconfig", dir.display());
+            let kubectl = env_line(&dir, "BULKHEAD_KUBECTL");
+            ControlPlane { dir, kubeconfig, kubectl: PathBuf::from(kubectl) }
+        })
+    }
+
+    pub async fn client(&self) -> Client {
+        client_for(&self.kubeconfig).await
+    }
+
+    /// Run kubectl as cluster-admin; panics with its stderr when it fails.
+    pub fn kubectl(&self, args: &[&str]) -> String {
+        let out = Command::new(&self.kubectl)
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args)
+            .output()
+            .expect("kubectl runs");
+        assert!(
+            out.status.success(),
+            "kubectl {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// kubectl apply -f - with the given YAML.
+    pub fn apply_yaml(&self, yaml: &str) -> String {
+        use std::io::Write;
+        let mut child = Command::new(&self.kubectl)
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(["apply", "-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("kubectl runs");
+        child.stdin.take().expect("stdin").write_all(yaml.as_bytes()).expect("write yaml");
+        let out = child.wait_with_output().expect("kubectl finishes");
+        assert!(out.status.success(), "kubectl apply failed: {}\n{yaml}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Register fake nodes `{prefix}-1..=count` with extra labels; the real
+    /// scheduler binds pods to them.
+    pub fn add_nodes(&self, prefix: &str, count: usize, zone_of: impl Fn(usize) -> String) {
+        for i in 1..=count {
+            let name = format!("{prefix}-{i}");
+            let status = Command::new(repo_root().join("tests/control-plane"))
+                .args(["node", &name, &zone_of(i)])
+                .env("BULKHEAD_CP_DIR", &self.dir)
+                .status()
+                .expect("control-plane node runs");
+            assert!(status.success(), "could not register node {name}");
+        }
+    }
+}
+
+fn start_control_plane() -> PathBuf {
+    let script = repo_root().join("tests/control-plane");
+    let out = Command::new(&script)
+        .args(["up", "--nodes", "3", "--watch-pid", &std::process::id().to_string()])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the test control plane did not start (tests/control-plane up): {}\n{}",
+        stdout,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("export BULKHEAD_CP_DIR="))
+        .unwrap_or_else(|| panic!("tests/control-plane up printed no BULKHEAD_CP_DIR: {stdout}"));
+    PathBuf::from(dir)
+}
+
+fn env_line(dir: &Path, var: &str) -> String {
+    let out = Command::new(repo_root().join("tests/control-plane"))
+        .args(["env", &dir.display().to_string()])
+        .output()
+        .expect("control-plane env runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("export {var}=")).map(str::to_string))
+        .unwrap_or_else(|| panic!("tests/control-plane env printed no {var}: {stdout}"))
+}
+
+pub async fn client_for(kubeconfig: &Path) -> Client {
+    let kc = Kubeconfig::read_from(kubeconfig).expect("kubeconfig readable");
+    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await.expect("kubeconfig valid");
+    Client::try_from(config).expect("client")
+}
+
+/// A namespace for one test, deleted when the guard drops (also on panic).
+pub struct TestNamespace {
+    pub name: String,
+    kubeconfig: PathBuf,
+    kubectl: PathBuf,
+}
+
+impl TestNamespace {
+    pub async fn new(prefix: &str, labels: &[(&str, &str)]) -> Self {
+        let cp = ControlPlane::get();
+        let name = format!("{prefix}-{}", unique_suffix());
+        let ns: Namespace = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": labels.iter().copied().collect::<std::collections::BTreeMap<_, _>>()}
+        }))
+        .expect("namespace");
+        Api::<Namespace>::all(cp.client().await).create(&PostParams::default(), &ns).await.expect("create namespace");
+        TestNamespace { name, kubeconfig: cp.kubeconfig.clone(), kubectl: cp.kubectl.clone() }
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        // Synchronous on purpose: Drop may run while a panicking runtime unwinds.
+        let _ = Command::new(&self.kubectl)
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(["delete", "namespace", &self.name, "--wait=false", "--ignore-not-found"])
+            .output();
+    }
+}
+
+pub async fn delete_namespace_now(client: &Client, name: &str) {
+    let _ = Api::<Namespace>::all(client.clone()).delete(name, &DeleteParams::default()).await;
+}
+
+pub fn unique_suffix() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+    format!("{:x}{}", nanos % 0xfffff, N.fetch_add(1, Ordering::Relaxed))
+}
+
+/// Poll `check` until it returns Some or `timeout` passes; panics with `what`.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -1,0 +1,111 @@
+//! The operator under test: installed with the real Helm chart (CRD, RBAC,
+//! ServiceAccount), then the `bulkhead` binary run locally with that
+//! ServiceAccount's token, so every test exercises the chart's RBAC.
+
+use std::{
+    io::{Read, Write},
+    net::TcpStream,
+    path::PathBuf,
+    process::Command,
+    sync::OnceLock,
+    time::{Duration, Instant},
+};
+
+use super::{repo_root, ControlPlane};
+
+pub const NAMESPACE: &str = "bulkhead-system";
+pub const SERVICE_ACCOUNT: &str = "bulkhead";
+pub const USER: &str = "system:serviceaccount:bulkhead-system:bulkhead";
+
+pub struct Operator {
+    pub metrics_port: u16,
+    pub log: PathBuf,
+    pub kubeconfig: PathBuf,
+}
+
+static OPERATOR: OnceLock<Operator> = OnceLock::new();
+
+pub fn helm() -> PathBuf {
+    let out = Command::new(repo_root().join("tests/helm")).arg("path").output().expect("tests/helm runs");
+    assert!(out.status.success(), "could not install helm: {}", String::from_utf8_lossy(&out.stderr));
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
+
+/// Run helm against the test control plane; panics with its output on failure.
+pub fn helm_run(args: &[&str]) -> String {
+    let cp = ControlPlane::get();
+    let out = Command::new(helm())
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(&cp.kubeconfig)
+        .current_dir(repo_root())
+        .output()
+        .expect("helm runs");
+    assert!(
+        out.status.success(),
+        "helm {} failed:\n{}\n{}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+impl Operator {
+    /// Install the chart and start the operator, once per test binary.
+    pub fn get() -> &'static Operator {
+        OPERATOR.get_or_init(|| {
+            let cp = ControlPlane::get();
+            helm_run(&["install", "bulkhead", "charts/bulkhead", "--namespace", NAMESPACE, "--create-namespace"]);
+            let kubeconfig = cp.dir.join("operator.kubeconfig");
+            let status = Command::new(repo_root().join("tests/control-plane"))
+                .args(["sa-kubeconfig"])
+                .arg(&cp.dir)
+                .args([NAMESPACE, SERVICE_ACCOUNT])
+                .arg(&kubeconfig)
+                .status()
+                .expect("control-plane sa-kubeconfig runs");
+            assert!(status.success(), "no kubeconfig for the chart's ServiceAccount");
+            let port = free_port();
+            let log = cp.dir.join("operator.log");
+            // The wrapper stops the operator when this test binary exits, however it exits.
+            let script = r#"RUST_LOG=info,kube=warn "$1" run --metrics-addr "127.0.0.1:$2" >"$3" 2>&1 & pid=$!
+                while kill -0 "$4" 2>/dev/null && kill -0 "$pid" 2>/dev/null; do sleep 0.5; done; kill "$pid" 2>/dev/null"#;
+            Command::new("setsid")
+                .args(["bash", "-c", script, "_", env!("CARGO_BIN_EXE_bulkhead"), &port.to_string()])
+                .arg(&log)
+                .arg(std::process::id().to_string())
+                .env("KUBECONFIG", &kubeconfig)
+                .env("POD_NAME", "bulkhead-test")
+                .spawn()
+                .expect("operator starts");
+            let op = Operator { metrics_port: port, log, kubeconfig };
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while op.http_get("/readyz").map(|(code, _)| code) != Some(200) {
+                assert!(Instant::now() < deadline, "operator not ready in 30s; log:\n{}", op.log_text());
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            op
+        })
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// GET a path of the operator's HTTP server: (status code, body).
+    pub fn http_get(&self, path: &str) -> Option<(u16, String)> {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.metrics_port)).ok()?;
+        stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        write!(stream, "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).ok()?;
+        let code = response.split_whitespace().nth(1)?.parse().ok()?;
+        let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+        Some((code, body))
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+}
