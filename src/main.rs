@@ -23,6 +23,15 @@ enum Command {
         /// Log format.
         #[arg(long, value_enum, default_value = "text")]
         log_format: LogFormat,
+        /// Reconcile only while holding a Lease, so several replicas are safe.
+        #[arg(long)]
+        leader_elect: bool,
+        /// Namespace of the Lease (defaults to $POD_NAMESPACE, else "default").
+        #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+        lease_namespace: String,
+        /// Name of the Lease.
+        #[arg(long, default_value = "bulkhead-operator")]
+        lease_name: String,
     },
     /// Print the CustomResourceDefinition YAML.
     Crd,
@@ -48,9 +57,10 @@ const EXIT_INVALID_INPUT: u8 = 3;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Run { metrics_addr, log_format } => {
+        Command::Run { metrics_addr, log_format, leader_elect, lease_namespace, lease_name } => {
             init_tracing(log_format);
-            match run(metrics_addr) {
+            let lease = leader_elect.then_some(bulkhead::controller::LeaseRef { namespace: lease_namespace, name: lease_name });
+            match run(metrics_addr, lease) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!(error = format!("{e:#}"), "controller stopped");
@@ -77,11 +87,12 @@ fn init_tracing(format: LogFormat) {
 }
 
 #[tokio::main]
-async fn run(metrics_addr: SocketAddr) -> anyhow::Result<()> {
+async fn run(metrics_addr: SocketAddr, leader_election: Option<bulkhead::controller::LeaseRef>) -> anyhow::Result<()> {
     let client = kube::Client::try_default().await.context("no Kubernetes credentials (KUBECONFIG or in-cluster)")?;
     let options = bulkhead::controller::RunOptions {
         metrics_addr,
         instance: std::env::var("POD_NAME").ok(),
+        leader_election,
     };
     bulkhead::controller::run(client, options).await?;
     Ok(())

@@ -8,6 +8,14 @@ pub enum Error {
     SnapshotNotReady,
     #[error("{0} has no name")]
     Unnamed(&'static str),
+    #[error("cannot serve metrics on {addr}: {source}")]
+    Bind {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("leader election: {0}")]
+    Lease(#[from] kube_lease_manager::LeaseManagerError),
     #[error("serialising {what}: {source}")]
     Serialize {
         what: &'static str,
@@ -25,6 +33,8 @@ impl Error {
             Error::SnapshotNotReady => "snapshot_not_ready",
             Error::Unnamed(_) => "unnamed",
             Error::Serialize { .. } => "serialize",
+            Error::Bind { .. } => "bind",
+            Error::Lease(_) => "lease",
         }
     }
 }

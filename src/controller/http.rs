@@ -1,18 +1,21 @@
 //! /healthz, /readyz and /metrics.
 
-use std::{net::SocketAddr, sync::Arc};
+use std::sync::Arc;
 
 use axum::{extract::State, http::StatusCode, routing::get, Router};
 
 use super::Context;
 
-pub async fn serve(addr: SocketAddr, ctx: Arc<Context>, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    ctx: Arc<Context>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     let app = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .with_state(ctx);
-    let listener = tokio::net::TcpListener::bind(addr).await?;
     axum::serve(listener, app).with_graceful_shutdown(shutdown).await
 }
 

@@ -6,6 +6,7 @@ mod apply;
 mod backoff;
 mod error;
 mod http;
+mod leader;
 mod metrics;
 mod observe;
 mod reconcile;
@@ -44,9 +45,13 @@ pub struct Context {
 pub struct RunOptions {
     /// Where /healthz, /readyz and /metrics are served.
     pub metrics_addr: SocketAddr,
-    /// Name reported on Events (the pod name in a cluster).
+    /// Name reported on Events and held in the Lease (the pod name in a cluster).
     pub instance: Option<String>,
+    /// Reconcile only while holding this Lease (namespace, name).
+    pub leader_election: Option<leader::LeaseRef>,
 }
+
+pub use leader::LeaseRef;
 
 fn error_policy(obj: Arc<DeserializeGuard<Bulkhead>>, error: &Error, ctx: Arc<Context>) -> Action {
     let wait = ctx.backoff.next(&obj.name_any());
@@ -67,11 +72,32 @@ pub async fn run(client: Client, options: RunOptions) -> Result<(), Error> {
         backoff: backoff::Backoff::default(),
     });
 
+    let listener = tokio::net::TcpListener::bind(options.metrics_addr)
+        .await
+        .map_err(|source| Error::Bind { addr: options.metrics_addr, source })?;
     let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(http::serve(options.metrics_addr, ctx.clone(), async move {
+    let server = tokio::spawn(http::serve(listener, ctx.clone(), async move {
         let _ = http_stopped.await;
     }));
     info!(addr = %options.metrics_addr, "serving /healthz, /readyz and /metrics");
+
+    // Standby replicas keep their watches warm but reconcile nothing.
+    let lost_leadership = match &options.leader_election {
+        Some(lease) => {
+            let identity = options.instance.clone().unwrap_or_else(|| format!("bulkhead-{}", std::process::id()));
+            Some(leader::acquire(&client, lease, identity).await?)
+        }
+        None => None,
+    };
+    let shutdown = async move {
+        match lost_leadership {
+            Some(lost) => tokio::select! {
+                () = shutdown_signal() => {}
+                () = lost => warn!("lost the leader lease; stopping"),
+            },
+            None => shutdown_signal().await,
+        }
+    };
 
     // Every change of what the planner reads re-plans every Bulkhead; the
     // planner is cheap and the writes happen only on differences.
@@ -80,7 +106,7 @@ pub async fn run(client: Client, options: RunOptions) -> Result<(), Error> {
     Controller::new(bulkheads, watcher::Config::default())
         .with_config(ControllerConfig::default().concurrency(4))
         .reconcile_all_on(changes)
-        .shutdown_on_signal()
+        .graceful_shutdown_on(shutdown)
         .run(reconcile::reconcile, error_policy, ctx)
         .for_each(|result| async move {
             if let Err(e) = result {
@@ -96,4 +122,29 @@ pub async fn run(client: Client, options: RunOptions) -> Result<(), Error> {
         Err(e) => warn!(error = %e, "metrics server task failed"),
     }
     Ok(())
+}
+
+/// SIGTERM (what Kubernetes sends) or SIGINT.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            futures::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => futures::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = futures::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+    info!("signal received; finishing in-flight reconciles");
 }

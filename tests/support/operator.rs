@@ -21,6 +21,7 @@ pub struct Operator {
     pub metrics_port: u16,
     pub log: PathBuf,
     pub kubeconfig: PathBuf,
+    pid_file: PathBuf,
 }
 
 static OPERATOR: OnceLock<Operator> = OnceLock::new();
@@ -51,42 +52,79 @@ pub fn helm_run(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+static CHART: OnceLock<PathBuf> = OnceLock::new();
+
+/// Install the chart once per test binary; returns the kubeconfig of its
+/// ServiceAccount.
+pub fn install_chart() -> &'static PathBuf {
+    CHART.get_or_init(|| {
+        let cp = ControlPlane::get();
+        helm_run(&["install", "bulkhead", "charts/bulkhead", "--namespace", NAMESPACE, "--create-namespace"]);
+        let kubeconfig = cp.dir.join("operator.kubeconfig");
+        let status = Command::new(repo_root().join("tests/control-plane"))
+            .args(["sa-kubeconfig"])
+            .arg(&cp.dir)
+            .args([NAMESPACE, SERVICE_ACCOUNT])
+            .arg(&kubeconfig)
+            .status()
+            .expect("control-plane sa-kubeconfig runs");
+        assert!(status.success(), "no kubeconfig for the chart's ServiceAccount");
+        kubeconfig
+    })
+}
+
 impl Operator {
-    /// Install the chart and start the operator, once per test binary.
+    /// The shared operator of a test binary (no leader election), started once.
     pub fn get() -> &'static Operator {
-        OPERATOR.get_or_init(|| {
-            let cp = ControlPlane::get();
-            helm_run(&["install", "bulkhead", "charts/bulkhead", "--namespace", NAMESPACE, "--create-namespace"]);
-            let kubeconfig = cp.dir.join("operator.kubeconfig");
-            let status = Command::new(repo_root().join("tests/control-plane"))
-                .args(["sa-kubeconfig"])
-                .arg(&cp.dir)
-                .args([NAMESPACE, SERVICE_ACCOUNT])
-                .arg(&kubeconfig)
-                .status()
-                .expect("control-plane sa-kubeconfig runs");
-            assert!(status.success(), "no kubeconfig for the chart's ServiceAccount");
-            let port = free_port();
-            let log = cp.dir.join("operator.log");
-            // The wrapper stops the operator when this test binary exits, however it exits.
-            let script = r#"RUST_LOG=info,kube=warn "$1" run --metrics-addr "127.0.0.1:$2" >"$3" 2>&1 & pid=$!
-                while kill -0 "$4" 2>/dev/null && kill -0 "$pid" 2>/dev/null; do sleep 0.5; done; kill "$pid" 2>/dev/null"#;
-            Command::new("setsid")
-                .args(["bash", "-c", script, "_", env!("CARGO_BIN_EXE_bulkhead"), &port.to_string()])
-                .arg(&log)
-                .arg(std::process::id().to_string())
-                .env("KUBECONFIG", &kubeconfig)
-                .env("POD_NAME", "bulkhead-test")
-                .spawn()
-                .expect("operator starts");
-            let op = Operator { metrics_port: port, log, kubeconfig };
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while op.http_get("/readyz").map(|(code, _)| code) != Some(200) {
-                assert!(Instant::now() < deadline, "operator not ready in 30s; log:\n{}", op.log_text());
-                std::thread::sleep(Duration::from_millis(100));
+        OPERATOR.get_or_init(|| Operator::start("bulkhead-test", &[]))
+    }
+
+    /// Start an operator process under the chart's RBAC; it is stopped when the
+    /// test binary exits, however it exits.
+    pub fn start(instance: &str, extra_args: &[&str]) -> Operator {
+        let cp = ControlPlane::get();
+        let kubeconfig = install_chart().clone();
+        let port = free_port();
+        let log = cp.dir.join(format!("operator-{instance}.log"));
+        let pid_file = cp.dir.join(format!("operator-{instance}.pid"));
+        let script = r#"bin=$1 port=$2 log=$3 owner=$4 pidfile=$5; shift 5
+            RUST_LOG=info,kube=warn "$bin" run --metrics-addr "127.0.0.1:$port" "$@" >"$log" 2>&1 & pid=$!
+            echo "$pid" >"$pidfile"
+            while kill -0 "$owner" 2>/dev/null && kill -0 "$pid" 2>/dev/null; do sleep 0.5; done; kill "$pid" 2>/dev/null"#;
+        Command::new("setsid")
+            .args(["bash", "-c", script, "_", env!("CARGO_BIN_EXE_bulkhead"), &port.to_string()])
+            .arg(&log)
+            .arg(std::process::id().to_string())
+            .arg(&pid_file)
+            .args(extra_args)
+            .env("KUBECONFIG", &kubeconfig)
+            .env("POD_NAME", instance)
+            .env("POD_NAMESPACE", NAMESPACE)
+            .spawn()
+            .expect("operator starts");
+        let op = Operator { metrics_port: port, log, kubeconfig, pid_file };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while op.http_get("/readyz").map(|(code, _)| code) != Some(200) {
+            assert!(Instant::now() < deadline, "operator not ready in 30s; log:\n{}", op.log_text());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        op
+    }
+
+    /// Send SIGTERM, as Kubernetes does, and wait for the process to exit.
+    pub fn stop(&self) -> bool {
+        let Ok(pid) = std::fs::read_to_string(&self.pid_file) else { return false };
+        let pid = pid.trim().to_string();
+        let _ = Command::new("kill").arg(&pid).status();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline {
+            let alive = Command::new("kill").args(["-0", &pid]).status().map(|s| s.success()).unwrap_or(false);
+            if !alive {
+                return true;
             }
-            op
-        })
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        false
     }
 
     pub fn log_text(&self) -> String {
