@@ -53,6 +53,7 @@ async fn only_the_lease_holder_reconciles_and_a_standby_takes_over() {
     let two = format!("leader-two-{}", unique_suffix());
     cp.apply_yaml(&bulkhead_yaml(&two));
     wait_for("the new leader reconciles", Duration::from_secs(30), || reconciled(&bulkheads, &two)).await;
+    // Deleting goes through the operator's finalizer: do it while one runs.
+    cp.kubectl(&["delete", "bulkhead", &one, &two, "--timeout=30s"]);
     assert!(second.stop(), "the second replica exits on SIGTERM");
-    cp.kubectl(&["delete", "bulkhead", &one, &two]);
 }

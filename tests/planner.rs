@@ -424,3 +424,27 @@ fn no_critical_class_is_reported_as_the_cheapest_missing_reservation() {
     let lane = status.conditions.iter().find(|c| c.type_ == "ControlPlaneLane").expect("lane");
     assert_eq!((lane.status.as_str(), lane.reason.as_str()), ("False", "NoCriticalClass"));
 }
+
+#[test]
+fn teardown_finds_exactly_what_one_bulkhead_made() {
+    let bh = tenants();
+    let snap = snapshot_with(vec![namespace("a1", &[("tenant", "a")]), namespace("b1", &[("tenant", "b")])], vec![]);
+    let p = plan(&bh, &snap);
+    let mut cluster = snap.clone();
+    for q in &p.quotas {
+        let key = ObjectKey::new(q.metadata.namespace.clone().unwrap_or_default(), q.metadata.name.clone().unwrap_or_default());
+        cluster.resource_quotas.insert(key, q.clone());
+    }
+    let mut other = p.quotas[0].clone();
+    other.metadata.name = Some("bulkhead-other-a".into());
+    other.metadata.labels.as_mut().expect("labels").insert("bulkhead.dev/bulkhead".into(), "other".into());
+    cluster.resource_quotas.insert(ObjectKey::new("a1", "bulkhead-other-a"), other);
+    let deletes = bulkhead::plan::teardown("tenants", &cluster);
+    assert_eq!(
+        deletes,
+        vec![
+            Change::DeleteQuota(ObjectKey::new("a1", "bulkhead-tenants-a")),
+            Change::DeleteQuota(ObjectKey::new("b1", "bulkhead-tenants-b"))
+        ]
+    );
+}

@@ -16,8 +16,8 @@ use tracing::{info, warn};
 
 use super::{apply::apply_changes, Context, Error};
 use crate::{
-    crd::{Bulkhead, BulkheadStatus, FIELD_MANAGER},
-    plan::{changes, plan, Change},
+    crd::{Bulkhead, BulkheadStatus, FIELD_MANAGER, FINALIZER},
+    plan::{changes, plan, teardown, Change},
     status::{build_status, merge_conditions, ApplyOutcome, DesiredCondition, Status, READY},
 };
 
@@ -40,13 +40,17 @@ pub async fn reconcile(obj: Arc<DeserializeGuard<Bulkhead>>, ctx: Arc<Context>) 
 
 async fn reconcile_bulkhead(bulkhead: &Bulkhead, ctx: &Context) -> Result<Action, Error> {
     let name = bulkhead.metadata.name.clone().ok_or(Error::Unnamed("Bulkhead"))?;
-    if bulkhead.metadata.deletion_timestamp.is_some() {
-        // Children carry owner references: the garbage collector removes them.
-        ctx.metrics.forget(&name, bulkhead.spec.classes.iter().map(|c| c.name.clone()));
-        return Ok(Action::await_change());
-    }
     if !ctx.snapshot.is_ready() {
         return Ok(Action::requeue(Duration::from_millis(500)));
+    }
+    if bulkhead.metadata.deletion_timestamp.is_some() {
+        ctx.metrics.forget(&name, bulkhead.spec.classes.iter().map(|c| c.name.clone()));
+        return clean_up(&bulkhead.metadata, ctx).await;
+    }
+    if !bulkhead.finalizers().iter().any(|f| f == FINALIZER) {
+        set_finalizer(ctx, &bulkhead.metadata, true).await?;
+        // The update comes back as a watch event; plan then.
+        return Ok(Action::await_change());
     }
     let (plan, changes) = {
         let snapshot = ctx.snapshot.read().await;
@@ -96,6 +100,13 @@ async fn report_undecodable(
     ctx: &Context,
 ) -> Result<Action, Error> {
     let name = meta.name.clone().ok_or(Error::Unnamed("Bulkhead"))?;
+    if meta.deletion_timestamp.is_some() {
+        // Cleanup must not depend on the spec being readable.
+        if !ctx.snapshot.is_ready() {
+            return Ok(Action::requeue(Duration::from_millis(500)));
+        }
+        return clean_up(meta, ctx).await;
+    }
     let api = dynamic_api(ctx);
     let raw = api.get(&name).await?;
     let message = raw
@@ -119,6 +130,39 @@ async fn report_undecodable(
         ctx.metrics.record_write("Bulkhead", "status");
     }
     Ok(Action::await_change())
+}
+
+/// Delete every child labelled with this Bulkhead, then let it go.
+async fn clean_up(meta: &kube::api::ObjectMeta, ctx: &Context) -> Result<Action, Error> {
+    let name = meta.name.clone().ok_or(Error::Unnamed("Bulkhead"))?;
+    if !meta.finalizers.iter().flatten().any(|f| f == FINALIZER) {
+        return Ok(Action::await_change());
+    }
+    let deletes = teardown(&name, &*ctx.snapshot.read().await);
+    apply_changes(&ctx.client, &ctx.metrics, &deletes).await?;
+    info!(bulkhead = %name, deleted = deletes.len(), "cleaned up; releasing the finalizer");
+    set_finalizer(ctx, meta, false).await?;
+    Ok(Action::await_change())
+}
+
+/// Add or remove our finalizer, guarded by resourceVersion so that a
+/// concurrent change of the list is never overwritten.
+async fn set_finalizer(ctx: &Context, meta: &kube::api::ObjectMeta, present: bool) -> Result<(), Error> {
+    let name = meta.name.clone().ok_or(Error::Unnamed("Bulkhead"))?;
+    let mut finalizers: Vec<String> =
+        meta.finalizers.iter().flatten().filter(|f| *f != FINALIZER).cloned().collect();
+    if present {
+        finalizers.push(FINALIZER.to_string());
+    }
+    let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": meta.resource_version}});
+    match dynamic_api(ctx).patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        Ok(_) => {}
+        // Already gone: nothing left to hold.
+        Err(kube::Error::Api(s)) if s.code == 404 && !present => {}
+        Err(e) => return Err(e.into()),
+    }
+    ctx.metrics.record_write("Bulkhead", "finalizer");
+    Ok(())
 }
 
 fn dynamic_api(ctx: &Context) -> Api<DynamicObject> {

@@ -16,6 +16,8 @@ pub const MANAGED_BY_VALUE: &str = "bulkhead";
 pub const BULKHEAD_LABEL: &str = "bulkhead.dev/bulkhead";
 /// Names the class a child object belongs to.
 pub const CLASS_LABEL: &str = "bulkhead.dev/class";
+/// Finalizer that lets the operator remove what it made before a Bulkhead goes.
+pub const FINALIZER: &str = "bulkhead.dev/cleanup";
 /// Server-side apply field manager for everything the operator writes.
 pub const FIELD_MANAGER: &str = "bulkhead";
 

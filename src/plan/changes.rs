@@ -136,3 +136,20 @@ pub fn milli_units(q: &str) -> Option<i128> {
     let scaled = int * factor + frac * factor / 10i128.checked_pow(frac_digits)?;
     Some(if negative { -scaled } else { scaled })
 }
+
+/// Everything a Bulkhead made, to delete when it goes: found by label, so
+/// cleanup needs neither a valid spec nor the garbage collector.
+pub fn teardown(name: &str, snapshot: &Snapshot) -> Vec<Change> {
+    let ours = |m: &ObjectMeta| m.labels.as_ref().and_then(|l| l.get(BULKHEAD_LABEL)).is_some_and(|b| b == name);
+    let config_maps = snapshot
+        .config_maps
+        .iter()
+        .filter(|(_, cm)| ours(&cm.metadata))
+        .map(|(k, _)| Change::DeleteConfigMap(k.clone()));
+    let quotas = snapshot
+        .resource_quotas
+        .iter()
+        .filter(|(_, rq)| ours(&rq.metadata))
+        .map(|(k, _)| Change::DeleteQuota(k.clone()));
+    config_maps.chain(quotas).collect()
+}
