@@ -3,6 +3,7 @@
 //! The core (`crd`, `snapshot`, `plan`) is pure and shared by the controller
 //! (`controller`) and the offline CLI (`offline`).
 
+pub mod audit;
 pub mod controller;
 pub mod crd;
 pub mod offline;

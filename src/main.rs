@@ -4,7 +4,10 @@ use std::{net::SocketAddr, path::PathBuf, process::ExitCode};
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use bulkhead::offline::{load_files, plan_files, OutputFormat};
+use bulkhead::{
+    audit::AuditConfig,
+    offline::{check_report, evaluate, load_files, plan_report, Input, OutputFormat, EXIT_INVALID_INPUT},
+};
 
 #[derive(Parser)]
 #[command(name = "bulkhead", version, about = "Partitioned capacity and verified isolation for Kubernetes")]
@@ -32,6 +35,8 @@ enum Command {
         /// Name of the Lease.
         #[arg(long, default_value = "bulkhead-operator")]
         lease_name: String,
+        #[command(flatten)]
+        audit: AuditArgs,
     },
     /// Print the CustomResourceDefinition YAML.
     Crd,
@@ -42,7 +47,40 @@ enum Command {
         files: Vec<PathBuf>,
         #[arg(short = 'o', long = "output", value_enum, default_value = "yaml")]
         output: OutputFormat,
+        #[command(flatten)]
+        audit: AuditArgs,
     },
+    /// Offline: audit the layers the classes share; exit 0 isolated, 1 shared or
+    /// unfundable, 2 only unverified with --strict, 3 bad input.
+    Check {
+        /// YAML or JSON files: Bulkheads and cluster objects (multi-document or kind: List).
+        #[arg(short = 'f', long = "file", required = true)]
+        files: Vec<PathBuf>,
+        #[arg(short = 'o', long = "output", value_enum, default_value = "yaml")]
+        output: OutputFormat,
+        /// Fail (exit 2) when a required layer is only Unverified.
+        #[arg(long)]
+        strict: bool,
+        #[command(flatten)]
+        audit: AuditArgs,
+    },
+}
+
+/// What the layer audit cannot learn from the API.
+#[derive(clap::Args, Clone)]
+struct AuditArgs {
+    /// RuntimeClass handlers that give a pod its own guest kernel (a trailing * matches a prefix).
+    #[arg(long = "sandbox-handler", value_delimiter = ',', default_values_t = AuditConfig::default().sandbox_handlers)]
+    sandbox_handlers: Vec<String>,
+    /// Node label naming the machine (hypervisor) under a node; without it the Host layer is Unverified.
+    #[arg(long)]
+    host_label: Option<String>,
+}
+
+impl From<AuditArgs> for AuditConfig {
+    fn from(a: AuditArgs) -> Self {
+        AuditConfig { sandbox_handlers: a.sandbox_handlers, host_label: a.host_label }
+    }
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -51,16 +89,13 @@ enum LogFormat {
     Json,
 }
 
-/// Exit codes shared by the offline commands.
-const EXIT_INVALID_INPUT: u8 = 3;
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Run { metrics_addr, log_format, leader_elect, lease_namespace, lease_name } => {
+        Command::Run { metrics_addr, log_format, leader_elect, lease_namespace, lease_name, audit } => {
             init_tracing(log_format);
             let lease = leader_elect.then_some(bulkhead::controller::LeaseRef { namespace: lease_namespace, name: lease_name });
-            match run(metrics_addr, lease) {
+            match run(metrics_addr, lease, audit.into()) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!(error = format!("{e:#}"), "controller stopped");
@@ -72,7 +107,8 @@ fn main() -> ExitCode {
             print!("{}", bulkhead::crd::crd_yaml());
             ExitCode::SUCCESS
         }
-        Command::Plan { files, output } => plan(&files, output),
+        Command::Plan { files, output, audit } => plan(&files, output, &audit.into()),
+        Command::Check { files, output, strict, audit } => check(&files, output, strict, &audit.into()),
     }
 }
 
@@ -87,30 +123,41 @@ fn init_tracing(format: LogFormat) {
 }
 
 #[tokio::main]
-async fn run(metrics_addr: SocketAddr, leader_election: Option<bulkhead::controller::LeaseRef>) -> anyhow::Result<()> {
+async fn run(
+    metrics_addr: SocketAddr,
+    leader_election: Option<bulkhead::controller::LeaseRef>,
+    audit: AuditConfig,
+) -> anyhow::Result<()> {
     let client = kube::Client::try_default().await.context("no Kubernetes credentials (KUBECONFIG or in-cluster)")?;
     let options = bulkhead::controller::RunOptions {
         metrics_addr,
         instance: std::env::var("POD_NAME").ok(),
         leader_election,
+        audit,
     };
     bulkhead::controller::run(client, options).await?;
     Ok(())
 }
 
-fn plan(files: &[PathBuf], output: OutputFormat) -> ExitCode {
-    let input = match load_files(files) {
-        Ok(input) => input,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(EXIT_INVALID_INPUT);
-        }
-    };
+/// Read the files, or say which one is bad (exit 3).
+fn read_input(files: &[PathBuf]) -> Result<Input, ExitCode> {
+    let input = load_files(files).map_err(|e| {
+        eprintln!("error: {e}");
+        ExitCode::from(EXIT_INVALID_INPUT)
+    })?;
     if input.bulkheads.is_empty() {
         eprintln!("error: no Bulkhead in {}", files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(", "));
-        return ExitCode::from(EXIT_INVALID_INPUT);
+        return Err(ExitCode::from(EXIT_INVALID_INPUT));
     }
-    let report = plan_files(&input, &now());
+    Ok(input)
+}
+
+fn plan(files: &[PathBuf], output: OutputFormat, audit: &AuditConfig) -> ExitCode {
+    let input = match read_input(files) {
+        Ok(input) => input,
+        Err(code) => return code,
+    };
+    let report = plan_report(&evaluate(&input, audit, &now()));
     if let Err(e) = print_list(&report.list, output) {
         eprintln!("error: {e:#}");
         return ExitCode::FAILURE;
@@ -119,6 +166,22 @@ fn plan(files: &[PathBuf], output: OutputFormat) -> ExitCode {
         eprintln!("{line}");
     }
     if report.invalid { ExitCode::from(EXIT_INVALID_INPUT) } else { ExitCode::SUCCESS }
+}
+
+fn check(files: &[PathBuf], output: OutputFormat, strict: bool, audit: &AuditConfig) -> ExitCode {
+    let input = match read_input(files) {
+        Ok(input) => input,
+        Err(code) => return code,
+    };
+    let report = check_report(&evaluate(&input, audit, &now()), strict);
+    if let Err(e) = print_list(&report.list, output) {
+        eprintln!("error: {e:#}");
+        return ExitCode::FAILURE;
+    }
+    for line in &report.summary {
+        eprintln!("{line}");
+    }
+    ExitCode::from(report.exit)
 }
 
 fn print_list(list: &serde_json::Value, output: OutputFormat) -> anyhow::Result<()> {

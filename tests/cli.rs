@@ -84,3 +84,78 @@ fn crd_prints_the_definition() {
     assert_eq!(code, 0);
     assert!(out.contains("name: bulkheads.bulkhead.dev") && out.contains("scope: Cluster"));
 }
+
+/// Two classes with their own pods, on the nodes given, as `kubectl get -o yaml` prints them.
+fn placed_cluster(dir: &std::path::Path, checkout_node: &str, reports_node: &str, layers: &str) -> std::path::PathBuf {
+    let f = dir.join("cluster.yaml");
+    let node = |name: &str, zone: Option<&str>| {
+        let labels = zone.map(|z| format!(", labels: {{topology.kubernetes.io/zone: {z}}}")).unwrap_or_default();
+        format!("- apiVersion: v1\n  kind: Node\n  metadata: {{name: {name}{labels}}}\n")
+    };
+    let pod = |name: &str, app: &str, node: &str| {
+        format!("- apiVersion: v1\n  kind: Pod\n  metadata: {{name: {name}, namespace: shop, labels: {{app: {app}}}}}\n  spec: {{nodeName: {node}, containers: [{{name: c, image: x}}]}}\n")
+    };
+    let text = format!(
+        "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Namespace\n  metadata: {{name: shop}}\n{}{}{}{}\n---\napiVersion: bulkhead.dev/v1alpha1\nkind: Bulkhead\nmetadata: {{name: placed}}\nspec:\n  dimension: Dependency\n  layers: {layers}\n  pool: {{resource: connections, capacity: 100}}\n  classes:\n  - {{name: checkout, reserved: 10, critical: true, pods: {{podSelector: {{matchLabels: {{app: checkout}}}}}}}}\n  - {{name: reports, reserved: 10, pods: {{podSelector: {{matchLabels: {{app: reports}}}}}}}}\n",
+        node("n-1", Some("a")),
+        node("n-2", None),
+        pod("checkout-1", "checkout", checkout_node),
+        pod("reports-1", "reports", reports_node),
+    );
+    std::fs::write(&f, text).expect("write");
+    f
+}
+
+#[test]
+fn check_exits_0_when_every_required_layer_is_separate() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let f = placed_cluster(dir.path(), "n-1", "n-2", "[Process, Node, Kernel]");
+    let (code, out, err) = bulkhead(&["check", "-f", f.to_str().expect("path"), "-o", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let list: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    let status = &list["items"][0]["status"];
+    let isolated = status["conditions"].as_array().expect("conditions").iter().find(|c| c["type"] == "Isolated").expect("Isolated");
+    assert_eq!(isolated["status"], "True");
+    let node = status["layers"].as_array().expect("layers").iter().find(|l| l["name"] == "Node").expect("Node");
+    assert_eq!(node["state"], "Separate");
+    assert!(err.contains("placed: Node Separate (required)"), "{err}");
+}
+
+#[test]
+fn check_exits_1_and_names_the_node_when_a_required_layer_is_shared() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let f = placed_cluster(dir.path(), "n-1", "n-1", "[Node]");
+    let (code, out, err) = bulkhead(&["check", "-f", f.to_str().expect("path")]);
+    assert_eq!(code, 1, "{err}");
+    assert!(out.contains("SharedLayerDetected"), "{out}");
+    assert!(err.contains("checkout and reports: node n-1 runs shop/checkout-1 and shop/reports-1"), "{err}");
+    assert!(err.contains("next: give each class its own nodes"), "{err}");
+}
+
+#[test]
+fn check_warns_on_unverified_and_exits_2_only_with_strict() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let f = placed_cluster(dir.path(), "n-1", "n-2", "[Zone]");
+    let (code, _, err) = bulkhead(&["check", "-f", f.to_str().expect("path")]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("warning: some required layers are Unverified"), "{err}");
+    assert!(err.contains("node n-2 (running shop/reports-1) has no topology.kubernetes.io/zone label"), "{err}");
+    let (code, _, _) = bulkhead(&["check", "--strict", "-f", f.to_str().expect("path")]);
+    assert_eq!(code, 2);
+}
+
+#[test]
+fn check_exits_1_for_an_unfundable_design_and_3_for_bad_input() {
+    let (code, _, err) = bulkhead(&["check", "-f", "examples/cluster/shop.yaml", "-f", "examples/four-dependencies.yaml"]);
+    assert_eq!(code, 1, "the example's classes share the api process: {err}");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let f = dir.path().join("unfunded.yaml");
+    std::fs::write(&f, "apiVersion: bulkhead.dev/v1alpha1\nkind: Bulkhead\nmetadata: {name: x}\nspec:\n  dimension: Tenant\n  pool: {resource: c, capacity: 10}\n  classes:\n  - {name: a, reserved: 8, critical: true}\n  - {name: b, reserved: 8}\n").expect("write");
+    let (code, _, err) = bulkhead(&["check", "-f", f.to_str().expect("path")]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("Funded False (Unfundable)"), "{err}");
+    std::fs::write(&f, "kind: Bulkhead\nmetadata: {name: x}\nspec: {dimension: Sideways}\n").expect("write");
+    let (code, _, err) = bulkhead(&["check", "-f", f.to_str().expect("path")]);
+    assert_eq!(code, 3);
+    assert!(err.contains("unfunded.yaml: document 1") && err.contains("spec.dimension"), "{err}");
+}

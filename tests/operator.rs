@@ -443,3 +443,93 @@ async fn the_examples_apply_and_report_status() {
     let table = cp.kubectl(&["get", "bulkheads", &names[1]]);
     assert!(table.contains("Operation") && table.contains("True"), "{table}");
 }
+
+fn isolated(bh: &Bulkhead) -> Option<(String, String)> {
+    let status = bh.status.as_ref()?;
+    if status.observed_generation != bh.metadata.generation {
+        return None;
+    }
+    status.conditions.iter().find(|c| c.type_ == "Isolated").map(|c| (c.status.clone(), c.message.clone()))
+}
+
+#[tokio::test]
+async fn the_audit_sees_classes_share_a_node_and_flips_within_two_seconds_when_they_part() {
+    let (cp, _) = started();
+    let client = cp.client().await;
+    let suffix = unique_suffix();
+    let ns = TestNamespace::new("audit", &[]).await;
+    cp.kubectl(&["label", "namespace", &ns.name, &format!("audit={suffix}")]);
+    let (node_a, node_b) = (format!("audit-{suffix}-a"), format!("audit-{suffix}-b"));
+    cp.add_node(&node_a, "zone-a", &[("audit", &suffix)]);
+    for app in ["checkout", "reports"] {
+        cp.apply_yaml(&format!(
+            r#"apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {app}, namespace: {ns}}}
+spec:
+  replicas: 2
+  selector: {{matchLabels: {{app: {app}}}}}
+  template:
+    metadata: {{labels: {{app: {app}}}}}
+    spec:
+      nodeSelector: {{audit: "{suffix}"}}
+      containers: [{{name: c, image: registry.k8s.io/pause:3.9}}]
+"#,
+            ns = ns.name
+        ));
+    }
+    let name = format!("audit-{suffix}");
+    cp.apply_yaml(&format!(
+        r#"apiVersion: bulkhead.dev/v1alpha1
+kind: Bulkhead
+metadata: {{name: {name}}}
+spec:
+  dimension: Dependency
+  layers: [Node]
+  pool: {{resource: connections, capacity: 100}}
+  classes:
+  - {{name: checkout, reserved: 10, critical: true, pods: {{namespaceSelector: {{matchLabels: {{audit: "{suffix}"}}}}, podSelector: {{matchLabels: {{app: checkout}}}}}}}}
+  - {{name: reports, reserved: 10, pods: {{namespaceSelector: {{matchLabels: {{audit: "{suffix}"}}}}, podSelector: {{matchLabels: {{app: reports}}}}}}}}
+"#
+    ));
+    let bulkheads: Api<Bulkhead> = Api::all(client.clone());
+    let message = wait_for("Isolated=False naming the shared node", SETTLE, || async {
+        let (status, message) = isolated(&bulkheads.get(&name).await.ok()?)?;
+        (status == "False").then_some(message)
+    })
+    .await;
+    assert!(message.contains(&format!("Node shared by checkout and reports: node {node_a} runs")), "{message}");
+    let bh = bulkheads.get(&name).await.expect("bulkhead");
+    let node_layer = bh.status.expect("status").layers.into_iter().find(|l| l.name == bulkhead::crd::Layer::Node).expect("Node layer");
+    assert_eq!(node_layer.state, bulkhead::crd::LayerState::Shared);
+
+    // Move reports away: a second node, the first cordoned, reports' pods recreated.
+    cp.add_node(&node_b, "zone-b", &[("audit", &suffix)]);
+    cp.kubectl(&["cordon", &node_a]);
+    // No kubelet runs to confirm the old pods' termination: force them out, as it would.
+    cp.kubectl(&["-n", &ns.name, "delete", "pods", "-l", "app=reports", "--force", "--grace-period=0"]);
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), &ns.name);
+    let deadline = std::time::Instant::now() + SETTLE;
+    let mut bound_at = None;
+    let flipped_at = loop {
+        assert!(std::time::Instant::now() < deadline, "Isolated did not turn True after reports moved");
+        if bound_at.is_none() {
+            let list = pods.list(&ListParams::default().labels("app=reports")).await.expect("list pods");
+            let on_b = list.items.iter().filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node_b.as_str()));
+            if list.items.len() == 2 && on_b.count() == 2 {
+                bound_at = Some(std::time::Instant::now());
+            }
+        }
+        let bh = bulkheads.get(&name).await.expect("bulkhead");
+        if isolated(&bh).is_some_and(|(status, _)| status == "True") {
+            break std::time::Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let bound_at = bound_at.expect("reports' new pods were seen bound to the second node before the flip");
+    let took = flipped_at.duration_since(bound_at);
+    eprintln!("figure: Isolated flipped {took:?} after the pods were seen bound");
+    assert!(took < Duration::from_secs(2), "Isolated flipped {took:?} after the pods were bound");
+    cp.kubectl(&["delete", "bulkhead", &name]);
+    cp.kubectl(&["delete", "node", &node_a, &node_b, "--wait=false"]);
+}

@@ -334,7 +334,7 @@ fn two_classes_selecting_one_namespace_get_no_quota_there_and_a_report() {
     assert_eq!(p.quota_collisions[0].namespace, "mixed");
     assert_eq!(p.quota_collisions[0].classes, vec!["a", "c"]);
     assert!(p.quotas.iter().all(|q| q.metadata.namespace.as_deref() != Some("mixed")));
-    let status = build_status(&tenants(), &p, &ApplyOutcome::NotApplied, None, &now());
+    let status = build_status(&tenants(), &p, None, &ApplyOutcome::NotApplied, None, &now());
     let scoped = status.conditions.iter().find(|c| c.type_ == "QuotasScoped").expect("condition");
     assert_eq!((scoped.status.as_str(), scoped.reason.as_str()), ("False", "QuotaNamespaceShared"));
     assert!(scoped.message.contains("namespace mixed is selected by the quotas of a and c"));
@@ -401,15 +401,15 @@ fn conditions_keep_their_transition_time_until_the_status_flips() {
     let bh = classes(&[30, 30], Some(80), 200);
     let snap = Snapshot::default();
     let p = plan(&bh, &snap);
-    let first = build_status(&bh, &p, &ApplyOutcome::NotApplied, None, &now());
+    let first = build_status(&bh, &p, None, &ApplyOutcome::NotApplied, None, &now());
     let later = Time(jiff::Timestamp::from_second(1_800_000_600).expect("time"));
-    let again = build_status(&bh, &p, &ApplyOutcome::NotApplied, Some(&first), &later);
+    let again = build_status(&bh, &p, None, &ApplyOutcome::NotApplied, Some(&first), &later);
     assert_eq!(first, again, "nothing changed, nothing moves");
 
     let mut unfunded = bh.clone();
     unfunded.spec.classes[0].reserved = 150;
     let p2 = plan(&unfunded, &snap);
-    let flipped = build_status(&unfunded, &p2, &ApplyOutcome::NotApplied, Some(&first), &later);
+    let flipped = build_status(&unfunded, &p2, None, &ApplyOutcome::NotApplied, Some(&first), &later);
     let funded = |s: &bulkhead::crd::BulkheadStatus| s.conditions.iter().find(|c| c.type_ == "Funded").cloned().expect("Funded");
     assert_eq!(funded(&flipped).status, "False");
     assert_eq!(funded(&flipped).last_transition_time, later);
@@ -420,7 +420,7 @@ fn conditions_keep_their_transition_time_until_the_status_flips() {
 #[test]
 fn no_critical_class_is_reported_as_the_cheapest_missing_reservation() {
     let bh = classes(&[30, 30], Some(80), 200);
-    let status = build_status(&bh, &plan(&bh, &Snapshot::default()), &ApplyOutcome::NotApplied, None, &now());
+    let status = build_status(&bh, &plan(&bh, &Snapshot::default()), None, &ApplyOutcome::NotApplied, None, &now());
     let lane = status.conditions.iter().find(|c| c.type_ == "ControlPlaneLane").expect("lane");
     assert_eq!((lane.status.as_str(), lane.reason.as_str()), ("False", "NoCriticalClass"));
 }

@@ -9,7 +9,10 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use crate::plan::CapacityPlan;
+use crate::{
+    crd::{Layer, LayerState, LayerStatus},
+    plan::CapacityPlan,
+};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabels {
@@ -20,6 +23,13 @@ pub struct ErrorLabels {
 pub struct ClassLabels {
     pub bulkhead: String,
     pub class: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LayerLabels {
+    pub bulkhead: String,
+    pub layer: String,
+    pub state: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -36,6 +46,7 @@ pub struct Metrics {
     pub writes: Family<WriteLabels, Counter>,
     pub reserved: Family<ClassLabels, Gauge>,
     pub ceiling: Family<ClassLabels, Gauge>,
+    pub layers: Family<LayerLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -47,6 +58,7 @@ impl Default for Metrics {
         let writes = Family::<WriteLabels, Counter>::default();
         let reserved = Family::<ClassLabels, Gauge>::default();
         let ceiling = Family::<ClassLabels, Gauge>::default();
+        let layers = Family::<LayerLabels, Gauge>::default();
         registry.register("reconciles", "Reconciles started", reconciles.clone());
         registry.register("reconcile_errors", "Reconciles that failed, by error kind", errors.clone());
         registry.register_with_unit(
@@ -58,7 +70,12 @@ impl Default for Metrics {
         registry.register("writes", "Objects written to the API server, by kind and verb", writes.clone());
         registry.register("class_reserved", "Planned floor per class and replica", reserved.clone());
         registry.register("class_ceiling", "Planned ceiling per class and replica", ceiling.clone());
-        Self { registry, reconciles, errors, duration, writes, reserved, ceiling }
+        registry.register(
+            "layer_state",
+            "1 for the state (Separate, Shared, Unverified) each layer of each Bulkhead is in, else 0",
+            layers.clone(),
+        );
+        Self { registry, reconciles, errors, duration, writes, reserved, ceiling, layers }
     }
 }
 
@@ -75,12 +92,34 @@ impl Metrics {
         }
     }
 
+    pub fn record_layers(&self, bulkhead: &str, layers: &[LayerStatus]) {
+        for layer in layers {
+            for state in [LayerState::Separate, LayerState::Shared, LayerState::Unverified] {
+                let labels = LayerLabels {
+                    bulkhead: bulkhead.into(),
+                    layer: format!("{:?}", layer.name),
+                    state: format!("{state:?}"),
+                };
+                self.layers.get_or_create(&labels).set(i64::from(layer.state == state));
+            }
+        }
+    }
+
     /// Drop the per-class series of a deleted Bulkhead.
     pub fn forget(&self, bulkhead: &str, classes: impl IntoIterator<Item = String>) {
         for class in classes {
             let labels = ClassLabels { bulkhead: bulkhead.into(), class };
             self.reserved.remove(&labels);
             self.ceiling.remove(&labels);
+        }
+        for layer in Layer::ALL {
+            for state in [LayerState::Separate, LayerState::Shared, LayerState::Unverified] {
+                self.layers.remove(&LayerLabels {
+                    bulkhead: bulkhead.into(),
+                    layer: format!("{layer:?}"),
+                    state: format!("{state:?}"),
+                });
+            }
         }
     }
 

@@ -30,7 +30,7 @@ pub use error::Error;
 pub use metrics::Metrics;
 pub use observe::SharedSnapshot;
 
-use crate::crd::Bulkhead;
+use crate::{audit::AuditConfig, crd::Bulkhead};
 
 /// Shared by every reconcile.
 pub struct Context {
@@ -39,6 +39,7 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     pub snapshot: Arc<SharedSnapshot>,
     pub backoff: backoff::Backoff,
+    pub audit_config: AuditConfig,
 }
 
 #[derive(Clone, Debug)]
@@ -49,6 +50,7 @@ pub struct RunOptions {
     pub instance: Option<String>,
     /// Reconcile only while holding this Lease (namespace, name).
     pub leader_election: Option<leader::LeaseRef>,
+    pub audit: AuditConfig,
 }
 
 pub use leader::LeaseRef;
@@ -70,6 +72,7 @@ pub async fn run(client: Client, options: RunOptions) -> Result<(), Error> {
         metrics: Arc::new(Metrics::default()),
         snapshot: snapshot.clone(),
         backoff: backoff::Backoff::default(),
+        audit_config: options.audit.clone(),
     });
 
     let listener = tokio::net::TcpListener::bind(options.metrics_addr)

@@ -16,7 +16,8 @@ use futures::{Stream, StreamExt};
 use k8s_openapi::api::{
     apps::v1::{Deployment, StatefulSet},
     autoscaling::v1::HorizontalPodAutoscaler,
-    core::v1::{ConfigMap, Namespace, ResourceQuota},
+    core::v1::{ConfigMap, Endpoints, Namespace, Node, Pod, ResourceQuota, Service},
+    node::v1::RuntimeClass,
 };
 use kube::{
     api::Api,
@@ -29,7 +30,10 @@ use tracing::{debug, warn};
 
 use crate::{
     crd::{MANAGED_BY_LABEL, MANAGED_BY_VALUE},
-    snapshot::{Autoscaler, NamespaceInfo, ObjectKey, Snapshot, Workload, WorkloadKind},
+    snapshot::{
+        Autoscaler, EndpointsInfo, Interner, NamespaceInfo, NodeInfo, ObjectKey, PodInfo, RuntimeClassInfo,
+        ServiceInfo, Snapshot, Workload, WorkloadKind,
+    },
 };
 
 /// The snapshot shared between the watches (writers) and reconciles (readers).
@@ -70,7 +74,7 @@ trait Observed: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + 
     type Key: Ord + Clone + Send;
     type Lean: Send;
     fn key(&self) -> Self::Key;
-    fn lean(&self) -> Self::Lean;
+    fn lean(&self, interner: &mut Interner) -> Self::Lean;
     fn table(snapshot: &mut Snapshot) -> &mut BTreeMap<Self::Key, Self::Lean>;
     /// Whether a key in the table belongs to this kind (tables may be shared).
     fn owns(_key: &Self::Key) -> bool {
@@ -88,7 +92,7 @@ impl Observed for Namespace {
     fn key(&self) -> String {
         self.name_any()
     }
-    fn lean(&self) -> NamespaceInfo {
+    fn lean(&self, _: &mut Interner) -> NamespaceInfo {
         NamespaceInfo::from(self)
     }
     fn table(s: &mut Snapshot) -> &mut BTreeMap<String, NamespaceInfo> {
@@ -102,7 +106,7 @@ impl Observed for Deployment {
     fn key(&self) -> Self::Key {
         (WorkloadKind::Deployment, namespaced_key(self))
     }
-    fn lean(&self) -> Workload {
+    fn lean(&self, _: &mut Interner) -> Workload {
         Workload::from(self)
     }
     fn table(s: &mut Snapshot) -> &mut BTreeMap<Self::Key, Workload> {
@@ -119,7 +123,7 @@ impl Observed for StatefulSet {
     fn key(&self) -> Self::Key {
         (WorkloadKind::StatefulSet, namespaced_key(self))
     }
-    fn lean(&self) -> Workload {
+    fn lean(&self, _: &mut Interner) -> Workload {
         Workload::from(self)
     }
     fn table(s: &mut Snapshot) -> &mut BTreeMap<Self::Key, Workload> {
@@ -136,7 +140,7 @@ impl Observed for HorizontalPodAutoscaler {
     fn key(&self) -> ObjectKey {
         namespaced_key(self)
     }
-    fn lean(&self) -> Autoscaler {
+    fn lean(&self, _: &mut Interner) -> Autoscaler {
         Autoscaler::from(self)
     }
     fn table(s: &mut Snapshot) -> &mut BTreeMap<ObjectKey, Autoscaler> {
@@ -151,7 +155,7 @@ impl Observed for ConfigMap {
     fn key(&self) -> ObjectKey {
         namespaced_key(self)
     }
-    fn lean(&self) -> ConfigMap {
+    fn lean(&self, _: &mut Interner) -> ConfigMap {
         let mut cm = self.clone();
         cm.metadata.managed_fields = None;
         cm
@@ -167,7 +171,7 @@ impl Observed for ResourceQuota {
     fn key(&self) -> ObjectKey {
         namespaced_key(self)
     }
-    fn lean(&self) -> ResourceQuota {
+    fn lean(&self, _: &mut Interner) -> ResourceQuota {
         let mut rq = self.clone();
         rq.metadata.managed_fields = None;
         rq.status = None;
@@ -178,17 +182,93 @@ impl Observed for ResourceQuota {
     }
 }
 
+impl Observed for Node {
+    type Key = String;
+    type Lean = NodeInfo;
+    fn key(&self) -> String {
+        self.name_any()
+    }
+    fn lean(&self, interner: &mut Interner) -> NodeInfo {
+        NodeInfo::from_node(self, interner)
+    }
+    fn table(s: &mut Snapshot) -> &mut BTreeMap<String, NodeInfo> {
+        &mut s.nodes
+    }
+}
+
+impl Observed for Pod {
+    type Key = ObjectKey;
+    type Lean = PodInfo;
+    fn key(&self) -> ObjectKey {
+        namespaced_key(self)
+    }
+    fn lean(&self, interner: &mut Interner) -> PodInfo {
+        PodInfo::from_pod(self, interner)
+    }
+    fn table(s: &mut Snapshot) -> &mut BTreeMap<ObjectKey, PodInfo> {
+        &mut s.pods
+    }
+}
+
+impl Observed for Service {
+    type Key = ObjectKey;
+    type Lean = ServiceInfo;
+    fn key(&self) -> ObjectKey {
+        namespaced_key(self)
+    }
+    fn lean(&self, _: &mut Interner) -> ServiceInfo {
+        ServiceInfo::from(self)
+    }
+    fn table(s: &mut Snapshot) -> &mut BTreeMap<ObjectKey, ServiceInfo> {
+        &mut s.services
+    }
+}
+
+impl Observed for Endpoints {
+    type Key = ObjectKey;
+    type Lean = EndpointsInfo;
+    fn key(&self) -> ObjectKey {
+        namespaced_key(self)
+    }
+    fn lean(&self, _: &mut Interner) -> EndpointsInfo {
+        EndpointsInfo::from(self)
+    }
+    fn table(s: &mut Snapshot) -> &mut BTreeMap<ObjectKey, EndpointsInfo> {
+        &mut s.endpoints
+    }
+}
+
+impl Observed for RuntimeClass {
+    type Key = String;
+    type Lean = RuntimeClassInfo;
+    fn key(&self) -> String {
+        self.name_any()
+    }
+    fn lean(&self, _: &mut Interner) -> RuntimeClassInfo {
+        RuntimeClassInfo::from(self)
+    }
+    fn table(s: &mut Snapshot) -> &mut BTreeMap<String, RuntimeClassInfo> {
+        &mut s.runtime_classes
+    }
+}
+
 /// Start every watch; they run until the process ends.
 pub fn start(client: &Client) -> Arc<SharedSnapshot> {
     let owned = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"));
     let all = watcher::Config::default();
-    let shared = Arc::new(SharedSnapshot::new(6));
+    let shared = Arc::new(SharedSnapshot::new(11));
     spawn::<Namespace>(Api::all(client.clone()), all.clone(), shared.clone());
     spawn::<Deployment>(Api::all(client.clone()), all.clone(), shared.clone());
     spawn::<StatefulSet>(Api::all(client.clone()), all.clone(), shared.clone());
     spawn::<HorizontalPodAutoscaler>(Api::all(client.clone()), all, shared.clone());
     spawn::<ConfigMap>(Api::all(client.clone()), owned.clone(), shared.clone());
     spawn::<ResourceQuota>(Api::all(client.clone()), owned, shared.clone());
+    // What the layer audit reads.
+    spawn::<Node>(Api::all(client.clone()), watcher::Config::default(), shared.clone());
+    spawn::<Pod>(Api::all(client.clone()), watcher::Config::default(), shared.clone());
+    spawn::<Service>(Api::all(client.clone()), watcher::Config::default(), shared.clone());
+    spawn::<Endpoints>(Api::all(client.clone()), watcher::Config::default(), shared.clone());
+    spawn::<RuntimeClass>(Api::all(client.clone()), watcher::Config::default(), shared.clone());
     shared
 }
 
@@ -212,7 +292,7 @@ fn spawn<K: Observed>(api: Api<K>, config: watcher::Config, shared: Arc<SharedSn
                 watcher::Event::Init => buffer = Some(BTreeMap::new()),
                 watcher::Event::InitApply(obj) => {
                     if let Some(b) = buffer.as_mut() {
-                        b.insert(obj.key(), obj.lean());
+                        b.insert(obj.key(), obj.lean(&mut snapshot.interner));
                     }
                 }
                 watcher::Event::InitDone => {
@@ -226,7 +306,8 @@ fn spawn<K: Observed>(api: Api<K>, config: watcher::Config, shared: Arc<SharedSn
                     }
                 }
                 watcher::Event::Apply(obj) => {
-                    K::table(&mut snapshot).insert(obj.key(), obj.lean());
+                    let lean = obj.lean(&mut snapshot.interner);
+                    K::table(&mut snapshot).insert(obj.key(), lean);
                 }
                 watcher::Event::Delete(obj) => {
                     K::table(&mut snapshot).remove(&obj.key());

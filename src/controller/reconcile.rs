@@ -16,7 +16,8 @@ use tracing::{info, warn};
 
 use super::{apply::apply_changes, Context, Error};
 use crate::{
-    crd::{Bulkhead, BulkheadStatus, FIELD_MANAGER, FINALIZER},
+    audit::audit,
+    crd::{Bulkhead, BulkheadStatus, LayerState, FIELD_MANAGER, FINALIZER},
     plan::{changes, plan, teardown, Change},
     status::{build_status, merge_conditions, ApplyOutcome, DesiredCondition, Status, READY},
 };
@@ -52,12 +53,14 @@ async fn reconcile_bulkhead(bulkhead: &Bulkhead, ctx: &Context) -> Result<Action
         // The update comes back as a watch event; plan then.
         return Ok(Action::await_change());
     }
-    let (plan, changes) = {
+    let (plan, changes, audit) = {
         let snapshot = ctx.snapshot.read().await;
         let plan = plan(bulkhead, &snapshot);
         let changes = changes(&name, &plan, &snapshot, bulkhead.spec.workload.is_some());
-        (plan, changes)
+        let audit = audit(bulkhead, &snapshot, &ctx.audit_config);
+        (plan, changes, audit)
     };
+    ctx.metrics.record_layers(&name, &audit.layers);
     ctx.metrics.record_plan(&name, &plan.capacity);
 
     let mut apply_error = None;
@@ -81,10 +84,11 @@ async fn reconcile_bulkhead(bulkhead: &Bulkhead, ctx: &Context) -> Result<Action
         publish(ctx, bulkhead, EventType::Normal, "Applied", "Apply", &describe(&changes)).await;
     }
 
-    let status = build_status(bulkhead, &plan, &outcome, bulkhead.status.as_ref(), &now());
+    let status = build_status(bulkhead, &plan, Some(&audit), &outcome, bulkhead.status.as_ref(), &now());
     if bulkhead.status.as_ref() != Some(&status) {
         patch_status(ctx, &name, &status).await?;
         announce_flips(ctx, bulkhead, bulkhead.status.as_ref(), &status).await;
+        announce_layers(ctx, bulkhead, bulkhead.status.as_ref(), &status).await;
     }
     match apply_error {
         Some(e) => Err(e),
@@ -194,6 +198,24 @@ async fn announce_flips(ctx: &Context, bulkhead: &Bulkhead, old: Option<&Bulkhea
         // Every condition is positive: False is what a person should look at.
         let type_ = if c.status == "True" { EventType::Normal } else { EventType::Warning };
         publish(ctx, bulkhead, type_, &c.reason, &format!("{}Changed", c.type_), &format!("{} is {}: {}", c.type_, c.status, c.message)).await;
+    }
+}
+
+/// An Event for every layer whose state changed.
+async fn announce_layers(ctx: &Context, bulkhead: &Bulkhead, old: Option<&BulkheadStatus>, new: &BulkheadStatus) {
+    for layer in &new.layers {
+        let before = old.and_then(|o| o.layers.iter().find(|l| l.name == layer.name)).map(|l| l.state);
+        if before == Some(layer.state) {
+            continue;
+        }
+        let type_ = if layer.state == LayerState::Shared && layer.required { EventType::Warning } else { EventType::Normal };
+        let detail = layer
+            .pairs
+            .first()
+            .map(|p| format!(": {} ({})", p.classes.join(" and "), p.evidence.first().cloned().unwrap_or_default()))
+            .unwrap_or_default();
+        let note = format!("{:?} layer is {:?}{detail}", layer.name, layer.state);
+        publish(ctx, bulkhead, type_, &format!("Layer{:?}", layer.state), "Audit", &note).await;
     }
 }
 

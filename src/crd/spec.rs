@@ -150,6 +150,11 @@ pub struct ClassSpec {
     /// pods.namespaceSelector selects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quota: Option<ClassQuota>,
+    /// Database endpoints this class uses, as URLs
+    /// (postgres://orders-db.shop.svc:5432/orders). The audit resolves each to
+    /// the instance behind it to tell whether two classes share one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub databases: Vec<String>,
 }
 
 /// Which pods belong to a class.

@@ -6,14 +6,18 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::{
     apps::v1::{Deployment, StatefulSet},
     autoscaling::v1::HorizontalPodAutoscaler,
-    core::v1::{ConfigMap, Namespace, ResourceQuota},
+    core::v1::{ConfigMap, Endpoints, Namespace, Node, Pod, ResourceQuota, Service},
+    node::v1::RuntimeClass,
 };
 use serde::{de::DeserializeOwned, Deserialize};
 use serde_json::Value;
 
 use crate::{
     crd::{Bulkhead, MANAGED_BY_LABEL, MANAGED_BY_VALUE},
-    snapshot::{Autoscaler, NamespaceInfo, ObjectKey, Snapshot, Workload},
+    snapshot::{
+        Autoscaler, EndpointsInfo, NamespaceInfo, NodeInfo, ObjectKey, PodInfo, RuntimeClassInfo, ServiceInfo,
+        Snapshot, Workload,
+    },
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -83,6 +87,28 @@ fn add_object(input: &mut Input, value: Value) -> Result<(), String> {
             // autoscaling/v1 and v2 agree on scaleTargetRef and maxReplicas.
             let a = Autoscaler::from(&decode::<HorizontalPodAutoscaler>(value)?);
             snapshot.autoscalers.insert(ObjectKey::new(&a.namespace, &a.name), a);
+        }
+        "Node" => {
+            let node: Node = decode(value)?;
+            let info = NodeInfo::from_node(&node, &mut snapshot.interner);
+            snapshot.nodes.insert(info.name.clone(), info);
+        }
+        "Pod" => {
+            let pod: Pod = decode(value)?;
+            let info = PodInfo::from_pod(&pod, &mut snapshot.interner);
+            snapshot.pods.insert(key(&pod.metadata), info);
+        }
+        "Service" => {
+            let svc: Service = decode(value)?;
+            snapshot.services.insert(key(&svc.metadata), ServiceInfo::from(&svc));
+        }
+        "Endpoints" => {
+            let ep: Endpoints = decode(value)?;
+            snapshot.endpoints.insert(key(&ep.metadata), EndpointsInfo::from(&ep));
+        }
+        "RuntimeClass" => {
+            let rc: RuntimeClass = decode(value)?;
+            snapshot.runtime_classes.insert(rc.metadata.name.clone().unwrap_or_default(), RuntimeClassInfo::from(&rc));
         }
         "ConfigMap" => {
             let cm: ConfigMap = decode(value)?;

@@ -1,8 +1,12 @@
-//! The offline CLI: the same planner as the controller, fed from YAML files
-//! (what `kubectl get -o yaml` prints) instead of watches.
+//! The offline CLI: the same planner and audit as the controller, fed from
+//! YAML files (what `kubectl get -o yaml` prints) instead of watches.
 
+mod check_cmd;
+mod evaluate;
 mod load;
 mod plan_cmd;
 
+pub use check_cmd::{advice, check_report, CheckReport, EXIT_INVALID_INPUT, EXIT_SHARED_OR_UNFUNDED, EXIT_UNVERIFIED_STRICT};
+pub use evaluate::{evaluate, Evaluation};
 pub use load::{load_files, Input, LoadError};
-pub use plan_cmd::{plan_files, OutputFormat, PlanReport};
+pub use plan_cmd::{plan_report, OutputFormat, PlanReport};

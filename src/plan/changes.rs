@@ -66,8 +66,7 @@ pub fn changes(name: &str, plan: &Plan, snapshot: &Snapshot, names_workload: boo
         match snapshot.resource_quotas.get(&key) {
             Some(existing)
                 if meta_up_to_date(&existing.metadata, &rq.metadata)
-                    && same_quantities(&hard(existing), &hard(rq))
-                    && existing.spec.as_ref().and_then(|s| s.scope_selector.as_ref()).is_none() => {}
+                    && same_quantities(&hard(existing), &hard(rq)) => {}
             _ => out.push(Change::ApplyQuota(rq.clone())),
         }
     }

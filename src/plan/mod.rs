@@ -21,7 +21,7 @@ pub use pool_config::{config_map_name, PoolClass, PoolConfig, POOL_CONFIG_KEY};
 pub use quotas::{quota_name, QuotaCollision};
 pub use selector::Matcher;
 pub use validate::{is_dns_label, validate};
-pub use workload::WorkloadMatch;
+pub use workload::{resolve as resolve_workload, WorkloadMatch};
 
 use crate::{
     crd::{Bulkhead, BULKHEAD_LABEL, CLASS_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE},

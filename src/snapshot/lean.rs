@@ -115,3 +115,9 @@ impl From<&HorizontalPodAutoscaler> for Autoscaler {
         }
     }
 }
+
+impl super::LabelLookup for Labels {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.get(key).map(String::as_str)
+    }
+}

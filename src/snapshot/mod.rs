@@ -11,6 +11,11 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{ConfigMap, ResourceQuota};
 
+mod cluster;
+mod interned;
+
+pub use cluster::{normalise_host, EndpointsInfo, NodeInfo, PodInfo, RuntimeClassInfo, ServiceInfo};
+pub use interned::{InternedLabels, Interner, LabelLookup};
 pub use lean::{Autoscaler, Labels, NamespaceInfo, Workload, WorkloadKind};
 
 /// Namespace and name of a namespaced object.
@@ -43,6 +48,15 @@ pub struct Snapshot {
     pub config_maps: BTreeMap<ObjectKey, ConfigMap>,
     /// ResourceQuotas the operator wrote (labelled managed-by bulkhead).
     pub resource_quotas: BTreeMap<ObjectKey, ResourceQuota>,
+    /// What the layer audit reads.
+    pub nodes: BTreeMap<String, NodeInfo>,
+    /// Pods, ordered by namespace then name (a namespace is a contiguous range).
+    pub pods: BTreeMap<ObjectKey, PodInfo>,
+    pub services: BTreeMap<ObjectKey, ServiceInfo>,
+    pub endpoints: BTreeMap<ObjectKey, EndpointsInfo>,
+    pub runtime_classes: BTreeMap<String, RuntimeClassInfo>,
+    /// Shares the label strings of watched pods and nodes.
+    pub interner: Interner,
 }
 
 impl Snapshot {
@@ -56,5 +70,13 @@ impl Snapshot {
         self.autoscalers.values().filter(move |a| {
             a.namespace == workload.namespace && a.target_kind == workload.kind.as_str() && a.target_name == workload.name
         })
+    }
+}
+
+impl Snapshot {
+    /// Pods of one namespace.
+    pub fn pods_in<'a>(&'a self, namespace: &'a str) -> impl Iterator<Item = (&'a ObjectKey, &'a PodInfo)> + 'a {
+        let start = ObjectKey::new(namespace, "");
+        self.pods.range(start..).take_while(move |(k, _)| k.namespace == namespace)
     }
 }

@@ -9,6 +9,7 @@ pub use conditions::{merge_conditions, DesiredCondition, Status};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::{
+    audit::{isolated_condition, Audit},
     crd::{Bulkhead, BulkheadStatus, ClassStatus, PoolStatus},
     plan::{Funding, Plan},
 };
@@ -18,6 +19,7 @@ pub const READY: &str = "Ready";
 pub const FUNDED: &str = "Funded";
 pub const CONTROL_PLANE_LANE: &str = "ControlPlaneLane";
 pub const QUOTAS_SCOPED: &str = "QuotasScoped";
+pub use crate::audit::ISOLATED;
 
 /// What happened when the plan was applied.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,12 +34,16 @@ pub enum ApplyOutcome {
 pub fn build_status(
     bulkhead: &Bulkhead,
     plan: &Plan,
+    audit: Option<&Audit>,
     outcome: &ApplyOutcome,
     previous: Option<&BulkheadStatus>,
     now: &Time,
 ) -> BulkheadStatus {
     let generation = bulkhead.metadata.generation;
-    let desired = desired_conditions(plan, outcome);
+    let mut desired = desired_conditions(plan, outcome);
+    if let Some(audit) = audit {
+        desired.push(isolated_condition(&audit.layers));
+    }
     let previous_conditions = previous.map(|s| s.conditions.as_slice()).unwrap_or_default();
     let cap = &plan.capacity;
     BulkheadStatus {
@@ -68,7 +74,7 @@ pub fn build_status(
                 ceiling_per_replica: c.ceiling_per_replica,
             })
             .collect(),
-        layers: previous.map(|s| s.layers.clone()).unwrap_or_default(),
+        layers: audit.map(|a| a.layers.clone()).unwrap_or_default(),
     }
 }
 

@@ -88,6 +88,19 @@ impl ControlPlane {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// Register one fake node with extra labels.
+    pub fn add_node(&self, name: &str, zone: &str, labels: &[(&str, &str)]) {
+        let status = Command::new(repo_root().join("tests/control-plane"))
+            .args(["node", name, zone])
+            .env("BULKHEAD_CP_DIR", &self.dir)
+            .status()
+            .expect("control-plane node runs");
+        assert!(status.success(), "could not register node {name}");
+        for (k, v) in labels {
+            self.kubectl(&["label", "node", name, &format!("{k}={v}"), "--overwrite"]);
+        }
+    }
+
     /// Register fake nodes `{prefix}-1..=count` with extra labels; the real
     /// scheduler binds pods to them.
     pub fn add_nodes(&self, prefix: &str, count: usize, zone_of: impl Fn(usize) -> String) {

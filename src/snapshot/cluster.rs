@@ -1,0 +1,118 @@
+//! Lean forms of what the layer audit reads: nodes, pods, services, their
+//! endpoints and runtime classes.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::{
+    core::v1::{Endpoints, Node, Pod, Service},
+    node::v1::RuntimeClass,
+};
+
+use super::{InternedLabels, Interner, Labels};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeInfo {
+    pub name: String,
+    pub labels: InternedLabels,
+}
+
+impl NodeInfo {
+    pub fn from_node(node: &Node, interner: &mut Interner) -> Self {
+        Self {
+            name: node.metadata.name.clone().unwrap_or_default(),
+            labels: interner.labels(node.metadata.labels.iter().flatten()),
+        }
+    }
+}
+
+/// A pod as the audit sees it. Strings shared with other pods are interned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodInfo {
+    pub labels: InternedLabels,
+    /// spec.nodeName: None until the scheduler binds it.
+    pub node: Option<Arc<str>>,
+    pub runtime_class: Option<Arc<str>>,
+    pub ip: Option<Box<str>>,
+    /// Succeeded or Failed: holds no resources any more.
+    pub finished: bool,
+}
+
+impl PodInfo {
+    pub fn from_pod(pod: &Pod, interner: &mut Interner) -> Self {
+        let spec = pod.spec.as_ref();
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        Self {
+            labels: interner.labels(pod.metadata.labels.iter().flatten()),
+            node: spec.and_then(|s| s.node_name.as_deref()).map(|n| interner.intern(n)),
+            runtime_class: spec.and_then(|s| s.runtime_class_name.as_deref()).map(|r| interner.intern(r)),
+            ip: pod.status.as_ref().and_then(|s| s.pod_ip.as_deref()).map(Box::from),
+            finished: matches!(phase, Some("Succeeded" | "Failed")),
+        }
+    }
+
+    /// Bytes this pod holds beyond the shared strings (for the memory figure).
+    pub fn owned_bytes(&self) -> usize {
+        std::mem::size_of::<Self>() + self.labels.owned_bytes() + self.ip.as_ref().map_or(0, |ip| ip.len())
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct ServiceInfo {
+    /// spec.externalName of an ExternalName Service.
+    pub external_name: Option<String>,
+    pub selector: Option<Labels>,
+    pub cluster_ip: Option<String>,
+}
+
+impl From<&Service> for ServiceInfo {
+    fn from(svc: &Service) -> Self {
+        let spec = svc.spec.as_ref();
+        let external = spec.filter(|s| s.type_.as_deref() == Some("ExternalName"));
+        Self {
+            external_name: external.and_then(|s| s.external_name.clone()).map(|h| normalise_host(&h)),
+            selector: spec.and_then(|s| s.selector.clone()).filter(|s| !s.is_empty()),
+            cluster_ip: spec.and_then(|s| s.cluster_ip.clone()).filter(|ip| ip != "None" && !ip.is_empty()),
+        }
+    }
+}
+
+/// Backends of a Service, from core/v1 Endpoints (served by every version the
+/// operator supports; EndpointSlices are not served by the 1.20 test server).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct EndpointsInfo {
+    /// (ip, "namespace/pod" when the address names its pod)
+    pub backends: Vec<(String, Option<String>)>,
+}
+
+impl From<&Endpoints> for EndpointsInfo {
+    fn from(ep: &Endpoints) -> Self {
+        let mut backends = Vec::new();
+        for subset in ep.subsets.iter().flatten() {
+            for address in subset.addresses.iter().flatten().chain(subset.not_ready_addresses.iter().flatten()) {
+                let pod = address.target_ref.as_ref().filter(|r| r.kind.as_deref() == Some("Pod")).map(|r| {
+                    format!("{}/{}", r.namespace.clone().unwrap_or_default(), r.name.clone().unwrap_or_default())
+                });
+                backends.push((address.ip.clone(), pod));
+            }
+        }
+        backends.sort();
+        backends.dedup();
+        Self { backends }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuntimeClassInfo {
+    pub handler: String,
+}
+
+impl From<&RuntimeClass> for RuntimeClassInfo {
+    fn from(rc: &RuntimeClass) -> Self {
+        Self { handler: rc.handler.clone() }
+    }
+}
+
+/// Hostnames compare case-insensitively and without a trailing dot.
+pub fn normalise_host(host: &str) -> String {
+    host.trim_end_matches('.').to_ascii_lowercase()
+}

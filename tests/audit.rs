@@ -1,0 +1,304 @@
+//! The shared-layer audit, rule by rule, including the tricky cases. No cluster.
+
+use std::sync::Arc;
+
+use bulkhead::{
+    audit::{audit, host_of, isolated_condition, AuditConfig},
+    crd::{Bulkhead, Layer, LayerState, LayerStatus},
+    snapshot::{EndpointsInfo, NamespaceInfo, NodeInfo, ObjectKey, PodInfo, RuntimeClassInfo, ServiceInfo, Snapshot},
+    status::Status,
+};
+
+fn bulkhead(classes: &str, layers: &str) -> Bulkhead {
+    serde_yaml::from_str(&format!(
+        "apiVersion: bulkhead.dev/v1alpha1\nkind: Bulkhead\nmetadata: {{name: t}}\nspec:\n  dimension: Dependency\n  layers: {layers}\n  pool: {{resource: connections, capacity: 100}}\n  classes:\n{classes}"
+    ))
+    .expect("fixture")
+}
+
+/// Two classes selecting pods by `app` in namespace `shop`.
+fn two_classes(layers: &str) -> Bulkhead {
+    bulkhead(
+        "  - {name: checkout, reserved: 10, pods: {podSelector: {matchLabels: {app: checkout}}}}\n  - {name: reports, reserved: 10, pods: {podSelector: {matchLabels: {app: reports}}}}\n",
+        layers,
+    )
+}
+
+struct Cluster(Snapshot);
+
+impl Cluster {
+    fn new() -> Self {
+        let mut s = Snapshot::default();
+        s.namespaces.insert("shop".into(), NamespaceInfo { name: "shop".into(), ..Default::default() });
+        Cluster(s)
+    }
+    fn node(&mut self, name: &str, labels: &[(&str, &str)]) -> &mut Self {
+        let labels: Vec<(String, String)> = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let labels = self.0.interner.labels(labels.iter().map(|(k, v)| (k, v)));
+        self.0.nodes.insert(name.into(), NodeInfo { name: name.into(), labels });
+        self
+    }
+    fn pod(&mut self, name: &str, app: &str, node: Option<&str>, runtime_class: Option<&str>, ip: Option<&str>) -> &mut Self {
+        let labels = [("app".to_string(), app.to_string())];
+        let labels = self.0.interner.labels(labels.iter().map(|(k, v)| (k, v)));
+        self.0.pods.insert(
+            ObjectKey::new("shop", name),
+            PodInfo {
+                labels,
+                node: node.map(Arc::from),
+                runtime_class: runtime_class.map(Arc::from),
+                ip: ip.map(Box::from),
+                finished: false,
+            },
+        );
+        self
+    }
+    fn service(&mut self, name: &str, info: ServiceInfo, backends: &[&str]) -> &mut Self {
+        self.0.services.insert(ObjectKey::new("shop", name), info);
+        if !backends.is_empty() {
+            self.0.endpoints.insert(
+                ObjectKey::new("shop", name),
+                EndpointsInfo { backends: backends.iter().map(|ip| (ip.to_string(), None)).collect() },
+            );
+        }
+        self
+    }
+}
+
+fn layer(bh: &Bulkhead, cluster: &Cluster, which: Layer) -> LayerStatus {
+    audit(bh, &cluster.0, &AuditConfig::default()).layers.into_iter().find(|l| l.name == which).expect("layer")
+}
+
+#[test]
+fn a_node_running_both_classes_is_shared_and_named() {
+    let bh = two_classes("[Node]");
+    let mut c = Cluster::new();
+    c.node("n-1", &[]).node("n-3", &[]);
+    c.pod("checkout-1", "checkout", Some("n-1"), None, None).pod("checkout-2", "checkout", Some("n-3"), None, None);
+    c.pod("reports-1", "reports", Some("n-3"), None, None);
+    let l = layer(&bh, &c, Layer::Node);
+    assert_eq!(l.state, LayerState::Shared);
+    assert!(l.required);
+    assert_eq!(l.pairs[0].classes, vec!["checkout", "reports"]);
+    assert_eq!(l.pairs[0].evidence, vec!["node n-3 runs shop/checkout-2 and shop/reports-1"]);
+}
+
+#[test]
+fn disjoint_nodes_are_separate_and_unscheduled_pods_are_ignored_and_counted() {
+    let bh = two_classes("[Node]");
+    let mut c = Cluster::new();
+    c.node("n-1", &[]).node("n-2", &[]);
+    c.pod("checkout-1", "checkout", Some("n-1"), None, None);
+    c.pod("reports-1", "reports", Some("n-2"), None, None);
+    c.pod("reports-pending", "reports", None, None, None);
+    let a = audit(&bh, &c.0, &AuditConfig::default());
+    let node = a.layers.iter().find(|l| l.name == Layer::Node).expect("node");
+    assert_eq!(node.state, LayerState::Separate);
+    assert!(node.pairs.is_empty());
+    assert_eq!(a.unscheduled, 1);
+    let kernel = a.layers.iter().find(|l| l.name == Layer::Kernel).expect("kernel");
+    assert_eq!(kernel.state, LayerState::Separate, "different nodes, different kernels");
+}
+
+#[test]
+fn a_class_with_only_unscheduled_pods_is_unverified_not_separate() {
+    let bh = two_classes("[Node]");
+    let mut c = Cluster::new();
+    c.node("n-1", &[]);
+    c.pod("checkout-1", "checkout", Some("n-1"), None, None);
+    c.pod("reports-pending", "reports", None, None, None);
+    let l = layer(&bh, &c, Layer::Node);
+    assert_eq!(l.state, LayerState::Unverified);
+    assert!(l.pairs[0].evidence[0].contains("no pods of class reports are placed yet"));
+}
+
+#[test]
+fn a_sandboxed_runtime_class_separates_kernels_on_a_shared_node() {
+    let bh = two_classes("[Node, Kernel]");
+    let mut c = Cluster::new();
+    c.node("n-1", &[]);
+    c.0.runtime_classes.insert("kata".into(), RuntimeClassInfo { handler: "kata-qemu".into() });
+    c.0.runtime_classes.insert("runc".into(), RuntimeClassInfo { handler: "runc".into() });
+    c.pod("checkout-1", "checkout", Some("n-1"), Some("kata"), None);
+    c.pod("reports-1", "reports", Some("n-1"), None, None);
+    assert_eq!(layer(&bh, &c, Layer::Node).state, LayerState::Shared);
+    assert_eq!(layer(&bh, &c, Layer::Kernel).state, LayerState::Separate, "kata-qemu gives checkout its own guest kernel");
+
+    c.pod("checkout-1", "checkout", Some("n-1"), Some("runc"), None);
+    let kernel = layer(&bh, &c, Layer::Kernel);
+    assert_eq!(kernel.state, LayerState::Shared, "runc is no sandbox");
+    assert!(kernel.pairs[0].evidence[0].contains("node n-1 runs shop/checkout-1 and shop/reports-1 on its kernel"));
+
+    c.pod("checkout-1", "checkout", Some("n-1"), Some("missing"), None);
+    assert_eq!(layer(&bh, &c, Layer::Kernel).state, LayerState::Unverified, "a RuntimeClass that does not exist proves nothing");
+}
+
+#[test]
+fn nodes_without_zone_labels_make_the_zone_unverified() {
+    let bh = two_classes("[Zone]");
+    let mut c = Cluster::new();
+    c.node("n-1", &[("topology.kubernetes.io/zone", "a")]).node("n-2", &[]);
+    c.pod("checkout-1", "checkout", Some("n-1"), None, None);
+    c.pod("reports-1", "reports", Some("n-2"), None, None);
+    let l = layer(&bh, &c, Layer::Zone);
+    assert_eq!(l.state, LayerState::Unverified);
+    assert!(l.pairs[0].evidence.iter().any(|e| e.contains("node n-2 (running shop/reports-1) has no topology.kubernetes.io/zone label")));
+
+    c.node("n-2", &[("topology.kubernetes.io/zone", "b")]);
+    assert_eq!(layer(&bh, &c, Layer::Zone).state, LayerState::Separate);
+    c.node("n-2", &[("topology.kubernetes.io/zone", "a")]);
+    let l = layer(&bh, &c, Layer::Zone);
+    assert_eq!(l.state, LayerState::Shared);
+    assert_eq!(l.pairs[0].evidence, vec!["zone a holds shop/checkout-1 and shop/reports-1"]);
+}
+
+#[test]
+fn the_host_layer_is_unverified_unless_a_label_names_the_machine() {
+    let bh = two_classes("[Host]");
+    let mut c = Cluster::new();
+    c.node("n-1", &[("example.com/hypervisor", "h-1")]).node("n-2", &[("example.com/hypervisor", "h-1")]);
+    c.pod("checkout-1", "checkout", Some("n-1"), None, None);
+    c.pod("reports-1", "reports", Some("n-2"), None, None);
+    let l = layer(&bh, &c, Layer::Host);
+    assert_eq!(l.state, LayerState::Unverified);
+    assert!(l.pairs[0].evidence[0].contains("no host label is configured"));
+    let config = AuditConfig { host_label: Some("example.com/hypervisor".into()), ..AuditConfig::default() };
+    let a = audit(&bh, &c.0, &config);
+    let host = a.layers.iter().find(|l| l.name == Layer::Host).expect("host");
+    assert_eq!(host.state, LayerState::Shared, "two nodes, one hypervisor");
+    assert_eq!(host.pairs[0].evidence, vec!["host h-1 holds shop/checkout-1 and shop/reports-1"]);
+}
+
+#[test]
+fn overlapping_selectors_share_a_process() {
+    let bh = bulkhead(
+        "  - {name: checkout, reserved: 10, pods: {podSelector: {matchLabels: {app: api}}}}\n  - {name: reports, reserved: 10, pods: {podSelector: {matchExpressions: [{key: app, operator: In, values: [api, reports]}]}}}\n",
+        "[Process]",
+    );
+    let mut c = Cluster::new();
+    c.pod("api-1", "api", Some("n-1"), None, None);
+    let l = layer(&bh, &c, Layer::Process);
+    assert_eq!(l.state, LayerState::Shared);
+    assert!(l.pairs[0].evidence[0].starts_with("pod shop/api-1 serves both"));
+}
+
+#[test]
+fn classes_in_the_workloads_pods_share_its_process_by_declaration() {
+    let mut bh = bulkhead("  - {name: checkout, reserved: 10}\n  - {name: search, reserved: 10}\n", "[Process]");
+    bh.spec.workload = Some(serde_yaml::from_str("{namespace: shop, selector: {matchLabels: {app: api}}}").expect("wl"));
+    let c = Cluster::new();
+    let l = layer(&bh, &c, Layer::Process);
+    assert_eq!(l.state, LayerState::Shared);
+    assert!(l.pairs[0].evidence[0].contains("both run in the pods of spec.workload"));
+}
+
+#[test]
+fn separate_pods_are_separate_processes() {
+    let bh = two_classes("[Process]");
+    let mut c = Cluster::new();
+    c.pod("checkout-1", "checkout", None, None, None).pod("reports-1", "reports", None, None, None);
+    assert_eq!(layer(&bh, &c, Layer::Process).state, LayerState::Separate);
+}
+
+fn with_databases(a: &str, b: &str) -> Bulkhead {
+    bulkhead(
+        &format!("  - {{name: checkout, reserved: 10, databases: [\"{a}\"]}}\n  - {{name: reports, reserved: 10, databases: [\"{b}\"]}}\n"),
+        "[Database]",
+    )
+}
+
+#[test]
+fn two_services_with_different_names_and_the_same_backend_share_the_instance() {
+    let mut c = Cluster::new();
+    c.service("orders-db", ServiceInfo::default(), &["10.0.0.5"]);
+    c.service("reporting-db", ServiceInfo::default(), &["10.0.0.5"]);
+    let bh = with_databases("postgres://orders-db.shop.svc:5432/orders", "postgres://reporting-db.shop.svc.cluster.local/reports");
+    let l = layer(&bh, &c, Layer::Database);
+    assert_eq!(l.state, LayerState::Shared);
+    assert!(l.pairs[0].evidence[0].contains("backend 10.0.0.5"), "{:?}", l.pairs[0].evidence);
+}
+
+#[test]
+fn services_with_disjoint_backends_are_separate() {
+    let mut c = Cluster::new();
+    c.service("orders-db", ServiceInfo::default(), &["10.0.0.5"]);
+    c.service("reporting-db", ServiceInfo::default(), &["10.0.0.6"]);
+    let bh = with_databases("postgres://orders-db.shop.svc:5432/orders", "postgres://reporting-db.shop:5432/reports");
+    assert_eq!(layer(&bh, &c, Layer::Database).state, LayerState::Separate);
+}
+
+#[test]
+fn backends_come_from_the_service_selector_when_there_are_no_endpoints() {
+    let mut c = Cluster::new();
+    let selector = |app: &str| Some([("app".to_string(), app.to_string())].into());
+    c.service("a-db", ServiceInfo { selector: selector("pg"), ..Default::default() }, &[]);
+    c.service("b-db", ServiceInfo { selector: selector("pg"), ..Default::default() }, &[]);
+    c.pod("pg-0", "pg", Some("n-1"), None, Some("10.1.1.1"));
+    let bh = with_databases("postgres://a-db.shop.svc/x", "postgres://b-db.shop.svc/y");
+    let l = layer(&bh, &c, Layer::Database);
+    assert_eq!(l.state, LayerState::Shared);
+    assert!(l.pairs[0].evidence[0].contains("pod shop/pg-0"), "{:?}", l.pairs[0].evidence);
+}
+
+#[test]
+fn an_external_name_and_a_url_naming_the_same_host_share_the_instance() {
+    let mut c = Cluster::new();
+    c.service("orders-db", ServiceInfo { external_name: Some("db1.example.com".into()), ..Default::default() }, &[]);
+    let bh = with_databases("postgres://orders-db.shop.svc/orders", "postgres://user:pw@DB1.example.com.:5432/reports");
+    let l = layer(&bh, &c, Layer::Database);
+    assert_eq!(l.state, LayerState::Shared);
+    assert!(l.pairs[0].evidence[0].contains("host db1.example.com"));
+}
+
+#[test]
+fn the_same_host_with_different_database_names_is_one_instance() {
+    let c = Cluster::new();
+    let bh = with_databases("postgres://db.example.com/orders", "postgres://db.example.com/reports");
+    assert_eq!(layer(&bh, &c, Layer::Database).state, LayerState::Shared);
+}
+
+#[test]
+fn different_external_hosts_are_unverified_never_separate() {
+    let c = Cluster::new();
+    let bh = with_databases("postgres://db1.example.com/orders", "postgres://db2.example.com/reports");
+    let l = layer(&bh, &c, Layer::Database);
+    assert_eq!(l.state, LayerState::Unverified);
+    assert!(l.pairs[0].evidence[0].contains("outside the cluster"));
+}
+
+#[test]
+fn hosts_are_parsed_from_urls() {
+    assert_eq!(host_of("postgres://u:p@Db.Example.com:5432/x?sslmode=require").as_deref(), Some("db.example.com"));
+    assert_eq!(host_of("mysql://[fd00::1]:3306/db").as_deref(), Some("fd00::1"));
+    assert_eq!(host_of("redis-master.cache:6379").as_deref(), Some("redis-master.cache"));
+}
+
+#[test]
+fn isolated_is_false_when_shared_unknown_when_unverified_true_when_separate() {
+    let mut c = Cluster::new();
+    c.node("n-1", &[]).node("n-2", &[]);
+    c.pod("checkout-1", "checkout", Some("n-1"), None, None);
+    c.pod("reports-1", "reports", Some("n-2"), None, None);
+    let bh = two_classes("[Node, Zone]");
+    let cond = isolated_condition(&audit(&bh, &c.0, &AuditConfig::default()).layers);
+    assert_eq!((cond.status, cond.reason.as_str()), (Status::Unknown, "SharedLayerUnverified"));
+    assert!(cond.message.contains("Zone unverified by checkout and reports"), "{}", cond.message);
+
+    let bh = two_classes("[Node]");
+    let cond = isolated_condition(&audit(&bh, &c.0, &AuditConfig::default()).layers);
+    assert_eq!((cond.status, cond.reason.as_str()), (Status::True, "AllLayersSeparate"));
+
+    c.pod("reports-2", "reports", Some("n-1"), None, None);
+    let cond = isolated_condition(&audit(&bh, &c.0, &AuditConfig::default()).layers);
+    assert_eq!((cond.status, cond.reason.as_str()), (Status::False, "SharedLayerDetected"));
+    assert_eq!(cond.message, "Node shared by checkout and reports: node n-1 runs shop/checkout-1 and shop/reports-2");
+}
+
+#[test]
+fn every_layer_is_reported_required_or_not() {
+    let bh = two_classes("[Node]");
+    let a = audit(&bh, &Cluster::new().0, &AuditConfig::default());
+    let names: Vec<Layer> = a.layers.iter().map(|l| l.name).collect();
+    assert_eq!(names, Layer::ALL.to_vec());
+    assert_eq!(a.layers.iter().filter(|l| l.required).count(), 1);
+}
