@@ -2,6 +2,7 @@
 //! they match; a class without them runs in the pods of spec.workload (the
 //! usual case for per-dependency pools: one process serves every class).
 
+use super::domains::NodeId;
 use crate::{
     crd::{Bulkhead, ClassSpec},
     plan::Matcher,
@@ -23,6 +24,8 @@ pub struct Members<'a> {
     pub class: &'a str,
     pub source: Source,
     pub pods: Vec<(&'a ObjectKey, &'a PodInfo)>,
+    /// Per pod (same order): its node in the audit's node table; None if unscheduled.
+    pub nodes: Vec<Option<NodeId>>,
 }
 
 pub fn members<'a>(bulkhead: &'a Bulkhead, snapshot: &'a Snapshot) -> Vec<Members<'a>> {
@@ -36,9 +39,11 @@ pub fn members<'a>(bulkhead: &'a Bulkhead, snapshot: &'a Snapshot) -> Vec<Member
         .iter()
         .enumerate()
         .map(|(i, class)| match (&class.pods, &workload) {
-            (Some(_), _) => Members { class: &class.name, source: Source::Selectors, pods: by_selectors(i, class, snapshot) },
-            (None, Some(pods)) => Members { class: &class.name, source: Source::Workload, pods: pods.clone() },
-            (None, None) => Members { class: &class.name, source: Source::Unknown, pods: Vec::new() },
+            (Some(_), _) => {
+                Members { class: &class.name, source: Source::Selectors, pods: by_selectors(i, class, snapshot), nodes: Vec::new() }
+            }
+            (None, Some(pods)) => Members { class: &class.name, source: Source::Workload, pods: pods.clone(), nodes: Vec::new() },
+            (None, None) => Members { class: &class.name, source: Source::Unknown, pods: Vec::new(), nodes: Vec::new() },
         })
         .collect()
 }

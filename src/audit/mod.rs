@@ -6,10 +6,11 @@
 mod database;
 mod domains;
 mod membership;
+mod nodes;
 
 pub use database::{host_of, resolve, Resolution};
 
-use domains::{Domain, DomainLayer, PairVerdict};
+use domains::{Domain, DomainLayer, Doubt, PairVerdict, Placed};
 use membership::{members, Members, Source};
 
 use crate::{
@@ -54,24 +55,27 @@ pub struct Audit {
 }
 
 pub fn audit(bulkhead: &Bulkhead, snapshot: &Snapshot, config: &AuditConfig) -> Audit {
-    let members = members(bulkhead, snapshot);
+    let mut members = members(bulkhead, snapshot);
+    let nodes = nodes::resolve(&mut members, snapshot);
     let mut unscheduled = 0;
     let mut layers = Vec::new();
     for layer in Layer::ALL {
         let pairs = match layer {
             Layer::Process => process(bulkhead, snapshot, &members),
             Layer::Node => {
-                let l = DomainLayer::build(&members, |_, p| p.node.as_deref().map_or(Domain::Ignored, Domain::Known));
+                let l = DomainLayer::build(&members, |p| p.node.map_or(Domain::Ignored, Domain::Known));
                 unscheduled = l.ignored;
-                l.pairs(&members, |node, a, b| format!("node {node} runs {a} and {b}"))
+                l.pairs(&members, |node, a, b| format!("node {} runs {a} and {b}", nodes.names[node as usize]))
             }
-            Layer::Kernel => kernel(&members, snapshot, config),
-            Layer::Zone => by_node_label(&members, snapshot, ZONE_LABEL, "zone"),
+            Layer::Kernel => kernel(&members, &nodes, snapshot, config),
+            Layer::Zone => by_node_label(&members, &nodes, ZONE_LABEL, "zone"),
             Layer::Host => match &config.host_label {
-                Some(label) => by_node_label(&members, snapshot, label, "host"),
+                Some(label) => by_node_label(&members, &nodes, label, "host"),
                 None => {
-                    let l: DomainLayer<'_, &str> = DomainLayer::build(&members, |_, _| {
-                        Domain::Unknown("no host label is configured (--host-label): the machine under a node is not visible to the API".into())
+                    let l: DomainLayer<'_, &str> = DomainLayer::build(&members, |_| {
+                        Domain::Unknown(Doubt::Text(
+                            "no host label is configured (--host-label): the machine under a node is not visible to the API",
+                        ))
                     });
                     l.pairs(&members, |_, _, _| String::new())
                 }
@@ -83,9 +87,29 @@ pub fn audit(bulkhead: &Bulkhead, snapshot: &Snapshot, config: &AuditConfig) -> 
     Audit { layers, unscheduled }
 }
 
-fn process(bulkhead: &Bulkhead, snapshot: &Snapshot, members: &[Members<'_>]) -> Vec<PairVerdict> {
-    let l = DomainLayer::build(members, |key, _| Domain::Known(key));
-    let mut pairs = l.pairs(members, |pod, _, _| format!("pod {pod} serves both: one heap, one garbage collector"));
+fn process<'a>(bulkhead: &Bulkhead, snapshot: &Snapshot, members: &[Members<'a>]) -> Vec<PairVerdict> {
+    // A pod is its own domain, identified by where the snapshot holds it.
+    // Only classes drawing pods from a namespace another class also draws
+    // from can share one; the others' pods are placed alone, unhashed.
+    fn namespaces_of<'m>(m: &Members<'m>) -> Vec<&'m str> {
+        let mut seen: Vec<&str> = m.pods.iter().map(|(k, _)| k.namespace.as_str()).collect();
+        seen.dedup();
+        seen
+    }
+    let mut drawn: rustc_hash::FxHashMap<&str, usize> = rustc_hash::FxHashMap::default();
+    let per_class: Vec<Vec<&str>> = members.iter().map(namespaces_of).collect();
+    for ns in per_class.iter().flatten() {
+        *drawn.entry(ns).or_default() += 1;
+    }
+    let overlaps: Vec<bool> = per_class.iter().map(|nss| nss.iter().any(|ns| drawn[ns] > 1)).collect();
+    let l = DomainLayer::build(members, |p| {
+        if overlaps[p.class] {
+            Domain::Known(std::ptr::from_ref(p.pod) as usize)
+        } else {
+            Domain::Alone
+        }
+    });
+    let mut pairs = l.pairs(members, |_, pod, _| format!("pod {pod} serves both: one heap, one garbage collector"));
     // Classes without pods selectors run in spec.workload's pods by
     // declaration: shared even before a pod exists.
     let workload = bulkhead.spec.workload.as_ref().map(|w| crate::plan::resolve_workload(w, snapshot));
@@ -106,33 +130,48 @@ fn process(bulkhead: &Bulkhead, snapshot: &Snapshot, members: &[Members<'_>]) ->
     pairs
 }
 
-fn kernel(members: &[Members<'_>], snapshot: &Snapshot, config: &AuditConfig) -> Vec<PairVerdict> {
-    let l = DomainLayer::build(members, |key, pod| {
-        let Some(node) = pod.node.as_deref() else { return Domain::Ignored };
+fn kernel(members: &[Members<'_>], nodes: &nodes::NodeTable<'_>, snapshot: &Snapshot, config: &AuditConfig) -> Vec<PairVerdict> {
+    let l = DomainLayer::build(members, |Placed { key, pod, node, .. }| {
+        let Some(node) = node else { return Domain::Ignored };
         match pod.runtime_class.as_deref() {
             None => Domain::Known(node),
             Some(rc) => match snapshot.runtime_classes.get(rc) {
                 Some(info) if config.sandboxed(&info.handler) => Domain::Alone,
                 Some(_) => Domain::Known(node),
-                None => Domain::Unknown(format!("pod {key} names RuntimeClass {rc}, which does not exist")),
+                None => Domain::Unknown(Doubt::MissingRuntimeClass { pod: key, runtime_class: rc }),
             },
         }
     });
-    l.pairs(members, |node, a, b| format!("node {node} runs {a} and {b} on its kernel (neither is sandboxed)"))
+    l.pairs(members, |node, a, b| {
+        format!("node {} runs {a} and {b} on its kernel (neither is sandboxed)", nodes.names[node as usize])
+    })
 }
 
-fn by_node_label<'a>(members: &[Members<'a>], snapshot: &'a Snapshot, label: &str, what: &str) -> Vec<PairVerdict> {
-    let l = DomainLayer::build(members, |key, pod| {
-        let Some(node) = pod.node.as_deref() else { return Domain::Ignored };
-        match snapshot.nodes.get(node) {
-            None => Domain::Unknown(format!("node {node} (running {key}) is not known to the API")),
-            Some(info) => match info.labels.label(label) {
-                Some(value) => Domain::Known(value),
-                None => Domain::Unknown(format!("node {node} (running {key}) has no {label} label")),
-            },
+fn by_node_label<'a>(members: &[Members<'a>], nodes: &nodes::NodeTable<'a>, label: &str, what: &str) -> Vec<PairVerdict> {
+    // Each node's label, looked up once and numbered, so pods hash an integer.
+    let mut values: Vec<&str> = Vec::new();
+    let mut ids: rustc_hash::FxHashMap<&str, u32> = rustc_hash::FxHashMap::default();
+    let per_node: Vec<Option<u32>> = nodes
+        .info
+        .iter()
+        .map(|info| {
+            let value = info.and_then(|n| n.labels.label(label))?;
+            Some(*ids.entry(value).or_insert_with(|| {
+                values.push(value);
+                u32::try_from(values.len() - 1).unwrap_or(u32::MAX)
+            }))
+        })
+        .collect();
+    let l = DomainLayer::build(members, |Placed { key, node, .. }| {
+        let Some(node) = node else { return Domain::Ignored };
+        let name = nodes.names[node as usize];
+        match (per_node[node as usize], nodes.info[node as usize]) {
+            (Some(value), _) => Domain::Known(value),
+            (None, Some(_)) => Domain::Unknown(Doubt::NoLabel { node: name, pod: key, label }),
+            (None, None) => Domain::Unknown(Doubt::UnknownNode { node: name, pod: key }),
         }
     });
-    l.pairs(members, |value, a, b| format!("{what} {value} holds {a} and {b}"))
+    l.pairs(members, |value, a, b| format!("{what} {} holds {a} and {b}", values[value as usize]))
 }
 
 fn layer_status(bulkhead: &Bulkhead, layer: Layer, members: &[Members<'_>], pairs: Vec<PairVerdict>) -> LayerStatus {
