@@ -58,7 +58,9 @@ impl Cluster {
         if !backends.is_empty() {
             self.0.endpoints.insert(
                 ObjectKey::new("shop", name),
-                EndpointsInfo { backends: backends.iter().map(|ip| (ip.to_string(), None)).collect() },
+                EndpointsInfo {
+                    backends: backends.iter().enumerate().map(|(i, ip)| (ip.to_string(), Some(format!("shop/{name}-{i}")))).collect(),
+                },
             );
         }
         self
@@ -301,4 +303,22 @@ fn every_layer_is_reported_required_or_not() {
     let names: Vec<Layer> = a.layers.iter().map(|l| l.name).collect();
     assert_eq!(names, Layer::ALL.to_vec());
     assert_eq!(a.layers.iter().filter(|l| l.required).count(), 1);
+}
+
+#[test]
+fn addresses_outside_the_cluster_are_unverified_never_separate() {
+    let mut c = Cluster::new();
+    let bh = with_databases("postgres://203.0.113.5/a", "postgres://203.0.113.6/b");
+    let l = layer(&bh, &c, Layer::Database);
+    assert_eq!(l.state, LayerState::Unverified, "two addresses may front one instance");
+    let bh = with_databases("postgres://[fd00::1]/a", "postgres://[fd00:0::1]/b");
+    assert_eq!(layer(&bh, &c, Layer::Database).state, LayerState::Shared, "one address, written two ways");
+    // A Service whose hand-written Endpoints point outside the cluster.
+    c.0.services.insert(ObjectKey::new("shop", "ext-a"), ServiceInfo::default());
+    c.0.endpoints.insert(ObjectKey::new("shop", "ext-a"), EndpointsInfo { backends: vec![("198.51.100.1".into(), None)] });
+    c.service("pg", ServiceInfo::default(), &["10.0.0.9"]);
+    let bh = with_databases("postgres://ext-a.shop.svc/a", "postgres://pg.shop.svc/b");
+    let l = layer(&bh, &c, Layer::Database);
+    assert_eq!(l.state, LayerState::Unverified);
+    assert!(l.pairs[0].evidence.iter().any(|e| e.contains("198.51.100.1, which is not a pod")), "{:?}", l.pairs[0].evidence);
 }

@@ -83,6 +83,28 @@ async fn pool_config(client: &Client, ns: &str, name: &str) -> Option<PoolConfig
     serde_json::from_str(cm.data?.get("pools.json")?).ok()
 }
 
+/// A test namespace labelled `team=<unique>`, and that label value.
+async fn team_namespace(prefix: &str) -> (TestNamespace, String) {
+    let ns = TestNamespace::new(prefix, &[]).await;
+    let label = format!("{prefix}-{}", unique_suffix());
+    ControlPlane::get().kubectl(&["label", "namespace", &ns.name, &format!("team={label}")]);
+    (ns, label)
+}
+
+/// A Tenant Bulkhead whose classes each put a quota (`hard`, inline YAML) in
+/// namespaces labelled `team={label}`.
+fn quota_bulkhead(name: &str, label: &str, classes: &[(&str, &str)]) -> String {
+    let classes: String = classes
+        .iter()
+        .map(|(class, hard)| {
+            format!("  - {{name: {class}, reserved: 10, pods: {{namespaceSelector: {{matchLabels: {{team: {label}}}}}}}, quota: {{hard: {hard}}}}}\n")
+        })
+        .collect();
+    format!(
+        "apiVersion: bulkhead.dev/v1alpha1\nkind: Bulkhead\nmetadata: {{name: {name}}}\nspec:\n  dimension: Tenant\n  pool: {{resource: connections, capacity: 100}}\n  classes:\n{classes}"
+    )
+}
+
 fn started() -> (&'static ControlPlane, &'static Operator) {
     (ControlPlane::get(), Operator::get())
 }
@@ -123,7 +145,7 @@ async fn a_bulkhead_gets_its_pool_config_and_quota_and_reports_funded() {
     assert_eq!(config.on_ceiling, "reject");
 
     let quota = Api::<ResourceQuota>::namespaced(client.clone(), &ns.name)
-        .get(&format!("bulkhead-{name}-checkout"))
+        .get(&format!("bulkhead-{name}.checkout"))
         .await
         .expect("quota written");
     let hard = quota.spec.and_then(|s| s.hard).expect("hard");
@@ -290,19 +312,8 @@ fn the_schema_rejects_bad_names_and_duplicate_classes() {
     let cp = ControlPlane::get();
     Operator::get();
     let attempt = |yaml: &str| {
-        use std::io::Write;
-        let mut child = std::process::Command::new(&cp.kubectl)
-            .arg("--kubeconfig")
-            .arg(&cp.kubeconfig)
-            .args(["apply", "-f", "-"])
-            .stdin(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("kubectl");
-        child.stdin.take().expect("stdin").write_all(yaml.as_bytes()).expect("write");
-        let out = child.wait_with_output().expect("kubectl ends");
-        (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+        let (ok, _, err) = cp.try_apply_yaml(yaml);
+        (ok, err)
     };
     let (ok, err) = attempt(
         "apiVersion: bulkhead.dev/v1alpha1\nkind: Bulkhead\nmetadata: {name: badname}\nspec:\n  dimension: Tenant\n  pool: {resource: connections, capacity: 10}\n  classes: [{name: Bad_Name, reserved: 1}]\n",
@@ -322,22 +333,9 @@ fn the_schema_rejects_bad_names_and_duplicate_classes() {
 async fn two_quotas_in_one_namespace_are_reported_instead_of_written() {
     let (cp, _) = started();
     let client = cp.client().await;
-    let ns = TestNamespace::new("core-collide", &[]).await;
-    let label = format!("collide-{}", unique_suffix());
-    cp.kubectl(&["label", "namespace", &ns.name, &format!("team={label}")]);
+    let (ns, label) = team_namespace("core-collide").await;
     let name = format!("collide-{}", unique_suffix());
-    cp.apply_yaml(&format!(
-        r#"apiVersion: bulkhead.dev/v1alpha1
-kind: Bulkhead
-metadata: {{name: {name}}}
-spec:
-  dimension: Tenant
-  pool: {{resource: connections, capacity: 100}}
-  classes:
-  - {{name: a, reserved: 10, pods: {{namespaceSelector: {{matchLabels: {{team: {label}}}}}}}, quota: {{hard: {{pods: "5"}}}}}}
-  - {{name: b, reserved: 10, pods: {{namespaceSelector: {{matchLabels: {{team: {label}}}}}}}, quota: {{hard: {{pods: "5"}}}}}}
-"#
-    ));
+    cp.apply_yaml(&quota_bulkhead(&name, &label, &[("a", r#"{pods: "5"}"#), ("b", r#"{pods: "5"}"#)]));
     let (reason, message) = wait_condition(&client, &name, "QuotasScoped", "False").await;
     assert_eq!(reason, "QuotaNamespaceShared");
     assert!(message.contains(&format!("namespace {} is selected by the quotas of a and b", ns.name)), "{message}");
@@ -362,12 +360,12 @@ async fn deleting_a_bulkhead_removes_what_it_made_and_nothing_else() {
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
     let rqs: Api<ResourceQuota> = Api::namespaced(client.clone(), &ns.name);
     assert!(cms.get(&format!("bulkhead-{name}")).await.is_ok());
-    assert!(rqs.get(&format!("bulkhead-{name}-checkout")).await.is_ok());
+    assert!(rqs.get(&format!("bulkhead-{name}.checkout")).await.is_ok());
 
     cp.kubectl(&["delete", "bulkhead", &name]);
     wait_for("children garbage-collected", SETTLE, || async {
         let cm_gone = cms.get_opt(&format!("bulkhead-{name}")).await.ok()?.is_none();
-        let rq_gone = rqs.get_opt(&format!("bulkhead-{name}-checkout")).await.ok()?.is_none();
+        let rq_gone = rqs.get_opt(&format!("bulkhead-{name}.checkout")).await.ok()?.is_none();
         (cm_gone && rq_gone).then_some(())
     })
     .await;
@@ -396,7 +394,7 @@ async fn an_unchanged_cluster_gets_no_writes() {
     let before = (
         rv(&bulkheads.get(&name).await.expect("bh").metadata),
         rv(&cms.get(&format!("bulkhead-{name}")).await.expect("cm").metadata),
-        rv(&rqs.get(&format!("bulkhead-{name}-checkout")).await.expect("rq").metadata),
+        rv(&rqs.get(&format!("bulkhead-{name}.checkout")).await.expect("rq").metadata),
     );
     let since = audit::now_rfc3339();
     // A change the planner reads (a namespace label) re-plans every Bulkhead.
@@ -405,7 +403,7 @@ async fn an_unchanged_cluster_gets_no_writes() {
     let after = (
         rv(&bulkheads.get(&name).await.expect("bh").metadata),
         rv(&cms.get(&format!("bulkhead-{name}")).await.expect("cm").metadata),
-        rv(&rqs.get(&format!("bulkhead-{name}-checkout")).await.expect("rq").metadata),
+        rv(&rqs.get(&format!("bulkhead-{name}.checkout")).await.expect("rq").metadata),
     );
     assert_eq!(before, after, "resourceVersions moved at rest");
     let writes: Vec<_> = audit::writes_by(&cp.dir, support::operator::USER, &since)
@@ -442,6 +440,19 @@ async fn the_examples_apply_and_report_status() {
     wait_condition(&client, &names[1], "ControlPlaneLane", "True").await;
     let table = cp.kubectl(&["get", "bulkheads", &names[1]]);
     assert!(table.contains("Operation") && table.contains("True"), "{table}");
+
+    cp.kubectl(&["apply", "-f", &root.join("examples/tenants.yaml").display().to_string()]);
+    wait_condition(&client, "tenants", "Ready", "True").await;
+    for tenant in ["tenant-a", "tenant-b", "tenant-c"] {
+        let quota = wait_for(&format!("quota in {tenant}"), SETTLE, || {
+            let rqs: Api<ResourceQuota> = Api::namespaced(client.clone(), tenant);
+            async move { rqs.get(&format!("bulkhead-tenants.{tenant}")).await.ok() }
+        })
+        .await;
+        assert!(quota.spec.and_then(|s| s.hard).is_some_and(|h| h.contains_key("pods")));
+    }
+    let config = pool_config(&client, "shop", "tenants").await.expect("tenants pool config");
+    assert_eq!(config.divided_by, 3, "Fleet pool split over shop/api's 3 replicas");
 }
 
 fn isolated(bh: &Bulkhead) -> Option<(String, String)> {
@@ -532,4 +543,38 @@ spec:
     assert!(took < Duration::from_secs(2), "Isolated flipped {took:?} after the pods were bound");
     cp.kubectl(&["delete", "bulkhead", &name]);
     cp.kubectl(&["delete", "node", &node_a, &node_b, "--wait=false"]);
+}
+
+#[tokio::test]
+async fn a_write_the_api_server_rejects_is_reported_and_retried_with_backoff() {
+    let (cp, op) = started();
+    let client = cp.client().await;
+    let (_ns, label) = team_namespace("core-rejected").await;
+    let name = format!("rejected-{}", unique_suffix());
+    // The schema cannot know which quota resource names the API server accepts.
+    cp.apply_yaml(&quota_bulkhead(&name, &label, &[("a", r#"{"not a resource!": "1"}"#)]));
+    let (reason, message) = wait_condition(&client, &name, "Ready", "False").await;
+    assert_eq!(reason, "ApplyFailed");
+    assert!(message.contains("not a resource!"), "{message}");
+    let (_, metrics) = op.http_get("/metrics").expect("metrics");
+    assert!(metrics.contains(r#"bulkhead_reconcile_errors_total{error="api"}"#), "{metrics}");
+    cp.kubectl(&["delete", "bulkhead", &name]);
+}
+
+#[tokio::test]
+async fn an_object_of_the_same_name_made_by_someone_else_is_not_taken_over() {
+    let (cp, _) = started();
+    let client = cp.client().await;
+    let ns = TestNamespace::new("core-theirs", &[]).await;
+    cp.apply_yaml(&deployment_yaml(&ns.name, "api", 1));
+    let name = format!("theirs-{}", unique_suffix());
+    cp.kubectl(&["-n", &ns.name, "create", "configmap", &format!("bulkhead-{name}"), "--from-literal=mine=yes"]);
+    cp.apply_yaml(&fleet_bulkhead(&name, &ns.name, 30));
+    let (reason, message) = wait_condition(&client, &name, "Ready", "False").await;
+    assert_eq!(reason, "ApplyFailed");
+    assert!(message.contains("not taking it over"), "{message}");
+    cp.kubectl(&["delete", "bulkhead", &name, "--timeout=30s"]);
+    let cm = Api::<ConfigMap>::namespaced(client, &ns.name).get(&format!("bulkhead-{name}")).await.expect("still there");
+    assert_eq!(cm.data.and_then(|d| d.get("mine").cloned()).as_deref(), Some("yes"), "their ConfigMap is untouched");
+    assert!(cm.metadata.labels.unwrap_or_default().get("bulkhead.dev/bulkhead").is_none());
 }

@@ -3,7 +3,7 @@
 
 use bulkhead::{
     crd::Bulkhead,
-    plan::{changes, milli_units, plan, plan_capacity, Change, Funding, Replicas},
+    plan::{changes, nano_units, plan, plan_capacity, Change, Funding, Replicas},
     snapshot::{NamespaceInfo, ObjectKey, Snapshot, Workload, WorkloadKind, Autoscaler},
     status::{build_status, ApplyOutcome},
 };
@@ -270,7 +270,7 @@ spec:
 "#,
     );
     let fields: Vec<String> = bulkhead::plan::validate(&bh).into_iter().map(|e| e.field).collect();
-    assert_eq!(fields, vec!["metadata.name", "spec.pool.resource", "spec.classes[0].pods.podSelector"]);
+    assert_eq!(fields, vec!["metadata.name", "spec.pool.resource", "spec.classes[0].pods.podSelector.matchExpressions[0]"]);
 }
 
 #[test]
@@ -316,9 +316,9 @@ fn each_class_gets_a_quota_in_every_namespace_it_selects() {
     assert_eq!(
         placed,
         vec![
-            ("a1".into(), "bulkhead-tenants-a".into()),
-            ("a2".into(), "bulkhead-tenants-a".into()),
-            ("b1".into(), "bulkhead-tenants-b".into())
+            ("a1".into(), "bulkhead-tenants.a".into()),
+            ("a2".into(), "bulkhead-tenants.a".into()),
+            ("b1".into(), "bulkhead-tenants.b".into())
         ]
     );
     let labels = p.quotas[0].metadata.labels.clone().expect("labels");
@@ -353,15 +353,21 @@ fn a_namespace_that_stops_matching_loses_its_quota() {
     assert!(changes("tenants", &p, &cluster, false).is_empty(), "applied and unchanged: nothing to do");
     cluster.namespaces.insert("a1".into(), namespace("a1", &[]));
     let p = plan(&bh, &cluster);
-    assert_eq!(changes("tenants", &p, &cluster, false), vec![Change::DeleteQuota(ObjectKey::new("a1", "bulkhead-tenants-a"))]);
+    assert_eq!(changes("tenants", &p, &cluster, false), vec![Change::DeleteQuota(ObjectKey::new("a1", "bulkhead-tenants.a"))]);
 }
 
 #[test]
-fn quantities_compare_by_value() {
-    assert_eq!(milli_units("500m"), milli_units("0.5"));
-    assert_eq!(milli_units("1Gi"), milli_units("1024Mi"));
-    assert_eq!(milli_units("2"), Some(2000));
-    assert_ne!(milli_units("1G"), milli_units("1Gi"));
+fn quantities_compare_by_value_in_every_form_the_api_server_rewrites() {
+    assert_eq!(nano_units("500m"), nano_units("0.5"));
+    assert_eq!(nano_units("1Gi"), nano_units("1024Mi"));
+    assert_eq!(nano_units("2048Ti"), nano_units("2Pi"));
+    assert_eq!(nano_units("1e3"), nano_units("1k"));
+    assert_eq!(nano_units("1000u"), nano_units("1m"));
+    assert_eq!(nano_units("0.5m"), nano_units("500u"));
+    assert_eq!(nano_units("2"), Some(2_000_000_000));
+    assert_ne!(nano_units("1G"), nano_units("1Gi"));
+    assert_eq!(nano_units("99999999999999999999999999999999999999Ti"), None, "overflow is not a panic");
+    assert_eq!(nano_units("lots"), None);
 }
 
 // --- pool config and steady state ---------------------------------------------
@@ -436,15 +442,15 @@ fn teardown_finds_exactly_what_one_bulkhead_made() {
         cluster.resource_quotas.insert(key, q.clone());
     }
     let mut other = p.quotas[0].clone();
-    other.metadata.name = Some("bulkhead-other-a".into());
+    other.metadata.name = Some("bulkhead-other.a".into());
     other.metadata.labels.as_mut().expect("labels").insert("bulkhead.dev/bulkhead".into(), "other".into());
-    cluster.resource_quotas.insert(ObjectKey::new("a1", "bulkhead-other-a"), other);
+    cluster.resource_quotas.insert(ObjectKey::new("a1", "bulkhead-other.a"), other);
     let deletes = bulkhead::plan::teardown("tenants", &cluster);
     assert_eq!(
         deletes,
         vec![
-            Change::DeleteQuota(ObjectKey::new("a1", "bulkhead-tenants-a")),
-            Change::DeleteQuota(ObjectKey::new("b1", "bulkhead-tenants-b"))
+            Change::DeleteQuota(ObjectKey::new("a1", "bulkhead-tenants.a")),
+            Change::DeleteQuota(ObjectKey::new("b1", "bulkhead-tenants.b"))
         ]
     );
 }

@@ -27,11 +27,21 @@ pub fn resolve(url: &str, default_namespace: Option<&str>, snapshot: &Snapshot) 
         r.doubts.push(format!("{url} names no host"));
         return r;
     };
-    if host.parse::<std::net::IpAddr>().is_ok() {
-        if let Some((key, _)) = snapshot.services.iter().find(|(_, s)| s.cluster_ip.as_deref() == Some(host.as_str())) {
+    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+        // Canonical text, so fd00::1 and fd00:0::1 are one address.
+        let ip = ip.to_string();
+        if let Some((key, _)) = snapshot.services.iter().find(|(_, s)| s.cluster_ip.as_deref() == Some(ip.as_str())) {
             add_service(&mut r, key, snapshot);
-        } else {
-            r.identities.insert(format!("ip:{host}"), format!("IP {host}"));
+            return r;
+        }
+        r.identities.insert(format!("ip:{ip}"), format!("IP {ip}"));
+        // Only a pod's address is known to be one instance; any other address
+        // may be one of several in front of the same database.
+        match snapshot.pods.iter().find(|(_, p)| p.ip.as_deref() == Some(ip.as_str())) {
+            Some((pod, _)) => {
+                r.identities.insert(format!("ip:{ip}"), format!("IP {ip} (pod {pod})"));
+            }
+            None => r.doubts.push(format!("{ip} is not a pod the cluster knows: it may front the same instance as another address")),
         }
         return r;
     }
@@ -71,10 +81,16 @@ fn add_service(r: &mut Resolution, key: &ObjectKey, snapshot: &Snapshot) {
         r.doubts.push(format!("Service {key} has no known backends"));
     }
     for (ip, pod) in backends {
-        let what = match pod {
+        let ip = ip.parse::<std::net::IpAddr>().map_or(ip, |a| a.to_string());
+        let what = match &pod {
             Some(p) => format!("backend {ip} (pod {p})"),
             None => format!("backend {ip}"),
         };
+        // Hand-written Endpoints may point outside the cluster.
+        let known_pod = pod.is_some() || snapshot.pods.values().any(|p| p.ip.as_deref() == Some(ip.as_str()));
+        if !known_pod {
+            r.doubts.push(format!("Service {key} sends to {ip}, which is not a pod the cluster knows"));
+        }
         r.identities.insert(format!("ip:{ip}"), what);
     }
 }
@@ -140,6 +156,7 @@ pub fn pairs(bulkhead: &Bulkhead, snapshot: &Snapshot) -> Vec<PairVerdict> {
                 }
                 doubts.extend(resolved[c].iter().flat_map(|(_, r)| r.doubts.iter().cloned()));
             }
+            super::domains::dedup_keep_order(&mut doubts);
             doubts.truncate(3);
             let state = if doubts.is_empty() { LayerState::Separate } else { LayerState::Unverified };
             out.push(PairVerdict { a, b, state, evidence: doubts });

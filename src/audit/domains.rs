@@ -102,6 +102,7 @@ impl<'a, K: Copy + Eq + std::hash::Hash> DomainLayer<'a, K> {
         let mut index: FxHashMap<K, Occupants<'a>> = FxHashMap::with_capacity_and_hasher(pods.min(1 << 16), Default::default());
         let mut placed = vec![false; members.len()];
         let mut unknown = vec![Vec::new(); members.len()];
+        let mut worded = vec![0usize; members.len()];
         let mut ignored = 0;
         // Classes are visited in order, so "already here" is "the last class here".
         for (i, m) in members.iter().enumerate() {
@@ -122,8 +123,14 @@ impl<'a, K: Copy + Eq + std::hash::Hash> DomainLayer<'a, K> {
                     }
                     Domain::Alone => placed[i] = true,
                     Domain::Unknown(doubt) => {
-                        if unknown[i].len() < MAX_EVIDENCE {
-                            unknown[i].push(doubt.to_string());
+                        // Word only the first few: a cluster without zone
+                        // labels would otherwise format a reason per pod.
+                        if unknown[i].len() < MAX_EVIDENCE && worded[i] < 4 * MAX_EVIDENCE {
+                            worded[i] += 1;
+                            let doubt = doubt.to_string();
+                            if !unknown[i].contains(&doubt) {
+                                unknown[i].push(doubt);
+                            }
                         }
                     }
                     Domain::Ignored => ignored += 1,
@@ -179,6 +186,7 @@ impl<'a, K: Copy + Eq + std::hash::Hash> DomainLayer<'a, K> {
                     }
                     doubts.extend(self.unknown[c].iter().cloned());
                 }
+                dedup_keep_order(&mut doubts);
                 if doubts.is_empty() {
                     out.push(PairVerdict { a, b, state: LayerState::Separate, evidence: Vec::new() });
                 } else {
@@ -189,4 +197,10 @@ impl<'a, K: Copy + Eq + std::hash::Hash> DomainLayer<'a, K> {
         }
         out
     }
+}
+
+/// Drop repeated evidence, keeping the first of each.
+pub fn dedup_keep_order(items: &mut Vec<String>) {
+    let mut seen = std::collections::HashSet::new();
+    items.retain(|i| seen.insert(i.clone()));
 }

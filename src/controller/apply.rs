@@ -5,12 +5,16 @@
 use k8s_openapi::api::core::v1::{ConfigMap, ResourceQuota};
 use kube::{
     api::{Api, DeleteParams, Patch, PatchParams},
-    Client,
+    Client, Resource,
 };
 use serde::{de::DeserializeOwned, Serialize};
 
 use super::{metrics::Metrics, Error};
-use crate::{crd::FIELD_MANAGER, plan::Change, snapshot::ObjectKey};
+use crate::{
+    crd::{BULKHEAD_LABEL, FIELD_MANAGER},
+    plan::Change,
+    snapshot::ObjectKey,
+};
 
 pub async fn apply_changes(client: &Client, metrics: &Metrics, changes: &[Change]) -> Result<(), Error> {
     for change in changes {
@@ -45,10 +49,22 @@ fn names(meta: &kube::api::ObjectMeta) -> Result<(&str, &str), Error> {
     }
 }
 
+/// Force-apply our object, but never take over one somebody else made under
+/// the same name: deleting the Bulkhead would then delete their object too.
 async fn apply<K>(api: Api<K>, name: &str, obj: &K) -> Result<(), Error>
 where
-    K: Clone + DeserializeOwned + Serialize + std::fmt::Debug,
+    K: Clone + DeserializeOwned + Serialize + std::fmt::Debug + Resource<DynamicType = ()>,
 {
+    if let Some(existing) = api.get_opt(name).await? {
+        let owner = |o: &K| o.meta().labels.as_ref().and_then(|l| l.get(BULKHEAD_LABEL)).cloned();
+        if owner(&existing).is_none() || owner(&existing) != owner(obj) {
+            return Err(Error::NotOurs {
+                kind: K::kind(&()).to_string(),
+                key: ObjectKey::new(existing.meta().namespace.clone().unwrap_or_default(), name),
+                owner: owner(&existing),
+            });
+        }
+    }
     api.patch(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(obj)).await?;
     Ok(())
 }

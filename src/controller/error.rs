@@ -8,6 +8,8 @@ pub enum Error {
     SnapshotNotReady,
     #[error("{0} has no name")]
     Unnamed(&'static str),
+    #[error("{kind} {key} exists and belongs to {}; not taking it over", owner.as_deref().map_or("someone else".to_string(), |b| format!("Bulkhead {b}")))]
+    NotOurs { kind: String, key: crate::snapshot::ObjectKey, owner: Option<String> },
     #[error("cannot serve metrics on {addr}: {source}")]
     Bind {
         addr: std::net::SocketAddr,
@@ -34,6 +36,7 @@ impl Error {
             Error::Unnamed(_) => "unnamed",
             Error::Serialize { .. } => "serialize",
             Error::Bind { .. } => "bind",
+            Error::NotOurs { .. } => "not_ours",
             Error::Lease(_) => "lease",
         }
     }

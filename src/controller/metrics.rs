@@ -40,6 +40,8 @@ pub struct WriteLabels {
 
 pub struct Metrics {
     registry: Registry,
+    /// Classes each Bulkhead last reported, so a removed class's series go too.
+    classes: std::sync::Mutex<std::collections::HashMap<String, Vec<String>>>,
     pub reconciles: Counter,
     pub errors: Family<ErrorLabels, Counter>,
     pub duration: Histogram,
@@ -75,7 +77,7 @@ impl Default for Metrics {
             "1 for the state (Separate, Shared, Unverified) each layer of each Bulkhead is in, else 0",
             layers.clone(),
         );
-        Self { registry, reconciles, errors, duration, writes, reserved, ceiling, layers }
+        Self { registry, classes: Default::default(), reconciles, errors, duration, writes, reserved, ceiling, layers }
     }
 }
 
@@ -85,6 +87,18 @@ impl Metrics {
     }
 
     pub fn record_plan(&self, bulkhead: &str, plan: &CapacityPlan) {
+        let now: Vec<String> = plan.classes.iter().map(|c| c.name.clone()).collect();
+        let before = self
+            .classes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(bulkhead.to_string(), now.clone())
+            .unwrap_or_default();
+        for gone in before.into_iter().filter(|c| !now.contains(c)) {
+            let labels = ClassLabels { bulkhead: bulkhead.into(), class: gone };
+            self.reserved.remove(&labels);
+            self.ceiling.remove(&labels);
+        }
         for class in &plan.classes {
             let labels = ClassLabels { bulkhead: bulkhead.into(), class: class.name.clone() };
             self.reserved.get_or_create(&labels).set(i64::from(class.reserved_per_replica));
@@ -107,7 +121,8 @@ impl Metrics {
 
     /// Drop the per-class series of a deleted Bulkhead.
     pub fn forget(&self, bulkhead: &str, classes: impl IntoIterator<Item = String>) {
-        for class in classes {
+        let known = self.classes.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(bulkhead);
+        for class in classes.into_iter().chain(known.into_iter().flatten()) {
             let labels = ClassLabels { bulkhead: bulkhead.into(), class };
             self.reserved.remove(&labels);
             self.ceiling.remove(&labels);
@@ -132,5 +147,33 @@ impl Metrics {
         // Encoding into a String cannot fail.
         let _ = encode(&mut out, &self.registry);
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{crd::BulkheadSpec, plan::plan_capacity};
+
+    fn spec(classes: &[&str]) -> BulkheadSpec {
+        let classes: Vec<String> = classes.iter().map(|c| format!("{{name: {c}, reserved: 1}}")).collect();
+        serde_yaml::from_str(&format!(
+            "dimension: Tenant\npool: {{resource: c, capacity: 10}}\nclasses: [{}]",
+            classes.join(", ")
+        ))
+        .expect("spec")
+    }
+
+    #[test]
+    fn a_removed_class_loses_its_series_and_a_deleted_bulkhead_all_of_them() {
+        let m = Metrics::default();
+        m.record_plan("bh", &plan_capacity(&spec(&["a", "b"]), None).0);
+        assert!(m.encode().contains(r#"class="b""#));
+        m.record_plan("bh", &plan_capacity(&spec(&["a"]), None).0);
+        let text = m.encode();
+        assert!(text.contains(r#"bulkhead_class_reserved{bulkhead="bh",class="a"} 1"#), "{text}");
+        assert!(!text.contains(r#"class="b""#), "{text}");
+        m.forget("bh", Vec::new());
+        assert!(!m.encode().contains(r#"bulkhead="bh""#));
     }
 }

@@ -41,18 +41,31 @@ pub struct SharedSnapshot {
     snapshot: RwLock<Snapshot>,
     /// Watches that have not yet completed their first list.
     pending: AtomicUsize,
+    /// Of those, the watches of the operator's own children (cleanup needs only these).
+    children_pending: AtomicUsize,
     changed: Notify,
 }
 
 impl SharedSnapshot {
     fn new(watches: usize) -> Self {
-        Self { snapshot: RwLock::new(Snapshot::default()), pending: AtomicUsize::new(watches), changed: Notify::new() }
+        Self {
+            snapshot: RwLock::new(Snapshot::default()),
+            pending: AtomicUsize::new(watches),
+            children_pending: AtomicUsize::new(CHILD_KINDS.len()),
+            changed: Notify::new(),
+        }
     }
 
     /// True once every watch has listed its objects: before that a plan could
     /// mistake "not listed yet" for "does not exist" and delete things.
     pub fn is_ready(&self) -> bool {
         self.pending.load(Ordering::Acquire) == 0
+    }
+
+    /// True once the operator's own children are listed: enough to clean up,
+    /// so a Bulkhead's deletion never waits on a watch it does not need.
+    pub fn children_listed(&self) -> bool {
+        self.children_pending.load(Ordering::Acquire) == 0
     }
 
     pub async fn read(&self) -> tokio::sync::RwLockReadGuard<'_, Snapshot> {
@@ -68,6 +81,9 @@ impl SharedSnapshot {
         })
     }
 }
+
+/// Kinds the operator writes; cleanup waits for these watches only.
+const CHILD_KINDS: [&str; 2] = ["ConfigMap", "ResourceQuota"];
 
 /// One watched kind: how to key it, reduce it and where it lives in the snapshot.
 trait Observed: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static {
@@ -302,6 +318,9 @@ fn spawn<K: Observed>(api: Api<K>, config: watcher::Config, shared: Arc<SharedSn
                     if !listed_once {
                         listed_once = true;
                         shared.pending.fetch_sub(1, Ordering::AcqRel);
+                        if CHILD_KINDS.contains(&kind.as_str()) {
+                            shared.children_pending.fetch_sub(1, Ordering::AcqRel);
+                        }
                         debug!(%kind, "initial list complete");
                     }
                 }

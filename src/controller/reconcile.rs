@@ -41,12 +41,12 @@ pub async fn reconcile(obj: Arc<DeserializeGuard<Bulkhead>>, ctx: Arc<Context>) 
 
 async fn reconcile_bulkhead(bulkhead: &Bulkhead, ctx: &Context) -> Result<Action, Error> {
     let name = bulkhead.metadata.name.clone().ok_or(Error::Unnamed("Bulkhead"))?;
-    if !ctx.snapshot.is_ready() {
-        return Ok(Action::requeue(Duration::from_millis(500)));
-    }
     if bulkhead.metadata.deletion_timestamp.is_some() {
         ctx.metrics.forget(&name, bulkhead.spec.classes.iter().map(|c| c.name.clone()));
         return clean_up(&bulkhead.metadata, ctx).await;
+    }
+    if !ctx.snapshot.is_ready() {
+        return Ok(Action::requeue(Duration::from_millis(500)));
     }
     if !bulkhead.finalizers().iter().any(|f| f == FINALIZER) {
         set_finalizer(ctx, &bulkhead.metadata, true).await?;
@@ -57,10 +57,13 @@ async fn reconcile_bulkhead(bulkhead: &Bulkhead, ctx: &Context) -> Result<Action
         let snapshot = ctx.snapshot.read().await;
         let plan = plan(bulkhead, &snapshot);
         let changes = changes(&name, &plan, &snapshot, bulkhead.spec.workload.is_some());
-        let audit = audit(bulkhead, &snapshot, &ctx.audit_config);
+        // An invalid spec (say, thousands of classes) is not audited.
+        let audit = plan.is_valid().then(|| audit(bulkhead, &snapshot, &ctx.audit_config));
         (plan, changes, audit)
     };
-    ctx.metrics.record_layers(&name, &audit.layers);
+    if let Some(audit) = &audit {
+        ctx.metrics.record_layers(&name, &audit.layers);
+    }
     ctx.metrics.record_plan(&name, &plan.capacity);
 
     let mut apply_error = None;
@@ -84,7 +87,7 @@ async fn reconcile_bulkhead(bulkhead: &Bulkhead, ctx: &Context) -> Result<Action
         publish(ctx, bulkhead, EventType::Normal, "Applied", "Apply", &describe(&changes)).await;
     }
 
-    let status = build_status(bulkhead, &plan, Some(&audit), &outcome, bulkhead.status.as_ref(), &now());
+    let status = build_status(bulkhead, &plan, audit.as_ref(), &outcome, bulkhead.status.as_ref(), &now());
     if bulkhead.status.as_ref() != Some(&status) {
         patch_status(ctx, &name, &status).await?;
         announce_flips(ctx, bulkhead, bulkhead.status.as_ref(), &status).await;
@@ -106,9 +109,6 @@ async fn report_undecodable(
     let name = meta.name.clone().ok_or(Error::Unnamed("Bulkhead"))?;
     if meta.deletion_timestamp.is_some() {
         // Cleanup must not depend on the spec being readable.
-        if !ctx.snapshot.is_ready() {
-            return Ok(Action::requeue(Duration::from_millis(500)));
-        }
         return clean_up(meta, ctx).await;
     }
     let api = dynamic_api(ctx);
@@ -129,7 +129,12 @@ async fn report_undecodable(
     let unchanged = previous.iter().any(|p| conditions.iter().any(|c| c == p)) && previous.len() == 1;
     if !unchanged {
         warn!(bulkhead = %name, %message, "cannot read Bulkhead");
-        let patch = json!({"status": {"observedGeneration": meta.generation, "conditions": conditions}});
+        // The planned numbers of an earlier, readable spec no longer describe it: drop them.
+        let patch = json!({"status": {
+            "observedGeneration": meta.generation,
+            "conditions": conditions,
+            "classCount": null, "pool": null, "classes": null, "layers": null,
+        }});
         api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
         ctx.metrics.record_write("Bulkhead", "status");
     }
@@ -141,6 +146,9 @@ async fn clean_up(meta: &kube::api::ObjectMeta, ctx: &Context) -> Result<Action,
     let name = meta.name.clone().ok_or(Error::Unnamed("Bulkhead"))?;
     if !meta.finalizers.iter().flatten().any(|f| f == FINALIZER) {
         return Ok(Action::await_change());
+    }
+    if !ctx.snapshot.children_listed() {
+        return Ok(Action::requeue(Duration::from_millis(500)));
     }
     let deletes = teardown(&name, &*ctx.snapshot.read().await);
     apply_changes(&ctx.client, &ctx.metrics, &deletes).await?;

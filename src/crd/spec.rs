@@ -49,8 +49,8 @@ pub struct BulkheadSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub layers: Vec<Layer>,
-    /// The classes of work. Names are unique.
-    #[schemars(length(min = 1), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    /// The classes of work (at most 64). Names are unique.
+    #[schemars(length(min = 1, max = 64), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub classes: Vec<ClassSpec>,
 }
 
@@ -150,10 +150,11 @@ pub struct ClassSpec {
     /// pods.namespaceSelector selects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quota: Option<ClassQuota>,
-    /// Database endpoints this class uses, as URLs
+    /// Database endpoints this class uses (at most 16), as URLs
     /// (postgres://orders-db.shop.svc:5432/orders). The audit resolves each to
     /// the instance behind it to tell whether two classes share one.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
     pub databases: Vec<String>,
 }
 

@@ -75,8 +75,8 @@ pub fn check_report(evaluations: &[Evaluation], strict: bool) -> CheckReport {
                 _ => {}
             }
         }
-        if e.audit.unscheduled > 0 {
-            summary.push(format!("{name}: {} pods not yet scheduled were left out of the placement layers", e.audit.unscheduled));
+        if let Some(unscheduled) = e.audit.as_ref().map(|a| a.unscheduled).filter(|n| *n > 0) {
+            summary.push(format!("{name}: {unscheduled} pods not yet scheduled were left out of the placement layers"));
         }
     }
     let exit = if invalid {

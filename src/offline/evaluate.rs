@@ -16,7 +16,8 @@ pub struct Evaluation {
     /// The Bulkhead with the status the operator would report.
     pub bulkhead: Bulkhead,
     pub plan: Plan,
-    pub audit: Audit,
+    /// None when the spec is invalid.
+    pub audit: Option<Audit>,
     pub changes: Vec<Change>,
 }
 
@@ -27,8 +28,9 @@ pub fn evaluate(input: &Input, config: &AuditConfig, now: &Time) -> Vec<Evaluati
         .map(|bulkhead| {
             let plan = plan(bulkhead, &input.snapshot);
             let changes = changes(&bulkhead.name_any(), &plan, &input.snapshot, bulkhead.spec.workload.is_some());
-            let audit = audit(bulkhead, &input.snapshot, config);
-            let status = build_status(bulkhead, &plan, Some(&audit), &ApplyOutcome::NotApplied, bulkhead.status.as_ref(), now);
+            // An invalid spec is not audited (the controller does the same).
+            let audit = plan.is_valid().then(|| audit(bulkhead, &input.snapshot, config));
+            let status = build_status(bulkhead, &plan, audit.as_ref(), &ApplyOutcome::NotApplied, bulkhead.status.as_ref(), now);
             let mut bulkhead = bulkhead.clone();
             bulkhead.metadata.managed_fields = None;
             bulkhead.status = Some(status);

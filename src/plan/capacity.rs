@@ -122,13 +122,13 @@ pub fn plan_capacity(spec: &BulkheadSpec, replicas: Option<Replicas>) -> (Capaci
                 Some(c) => c,
             };
             let reserved_per_replica = class.reserved / divisor;
-            let ceiling_per_replica = (ceiling / divisor).min(reserved_per_replica + per_replica_shared);
+            let ceiling_per_replica = (ceiling / divisor).min(reserved_per_replica.saturating_add(per_replica_shared));
             ClassCapacity {
                 name: class.name.clone(),
                 critical: class.critical,
                 reserved: class.reserved,
                 ceiling,
-                borrowable: ceiling - class.reserved,
+                borrowable: ceiling.saturating_sub(class.reserved),
                 left_to_others: capacity.saturating_sub(ceiling),
                 reserved_per_replica,
                 ceiling_per_replica,

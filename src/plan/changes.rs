@@ -8,7 +8,7 @@ use k8s_openapi::{
 };
 use kube::api::ObjectMeta;
 
-use super::Plan;
+use super::{Plan, POOL_CONFIG_KEY};
 use crate::{crd::BULKHEAD_LABEL, snapshot::{ObjectKey, Snapshot}};
 
 #[derive(Clone, Debug, PartialEq)]
@@ -45,7 +45,11 @@ pub fn changes(name: &str, plan: &Plan, snapshot: &Snapshot, names_workload: boo
     if let Some(cm) = &plan.config_map {
         let key = key_of(&cm.metadata);
         match snapshot.config_maps.get(&key) {
-            Some(existing) if meta_up_to_date(&existing.metadata, &cm.metadata) && existing.data == cm.data => {}
+            // Only the key we write counts: another manager's keys survive our
+            // apply, so comparing the whole map would re-apply forever.
+            Some(existing)
+                if meta_up_to_date(&existing.metadata, &cm.metadata)
+                    && our_key(existing) == our_key(cm) => {}
             _ => out.push(Change::ApplyConfigMap(cm.clone())),
         }
     }
@@ -79,6 +83,10 @@ pub fn changes(name: &str, plan: &Plan, snapshot: &Snapshot, names_workload: boo
     out
 }
 
+fn our_key(cm: &ConfigMap) -> Option<&String> {
+    cm.data.as_ref().and_then(|d| d.get(POOL_CONFIG_KEY))
+}
+
 fn key_of(meta: &ObjectMeta) -> ObjectKey {
     ObjectKey::new(meta.namespace.clone().unwrap_or_default(), meta.name.clone().unwrap_or_default())
 }
@@ -94,48 +102,66 @@ fn meta_up_to_date(existing: &ObjectMeta, desired: &ObjectMeta) -> bool {
     labels_ok && owners_ok
 }
 
-/// Quantities compare by value: the API server may store "0.5" as "500m".
+/// The quantities we set compare by value (the API server may store "0.5" as
+/// "500m"); limits another manager added are not ours to compare.
 fn same_quantities(
-    a: &std::collections::BTreeMap<String, Quantity>,
-    b: &std::collections::BTreeMap<String, Quantity>,
+    existing: &std::collections::BTreeMap<String, Quantity>,
+    desired: &std::collections::BTreeMap<String, Quantity>,
 ) -> bool {
-    a.len() == b.len()
-        && a.iter().all(|(k, qa)| {
-            b.get(k).is_some_and(|qb| match (milli_units(&qa.0), milli_units(&qb.0)) {
-                (Some(x), Some(y)) => x == y,
-                _ => qa.0 == qb.0,
-            })
+    desired.iter().all(|(k, want)| {
+        existing.get(k).is_some_and(|have| match (nano_units(&have.0), nano_units(&want.0)) {
+            (Some(x), Some(y)) => x == y,
+            _ => have.0 == want.0,
         })
+    })
 }
 
-/// A quantity in thousandths of a unit, for the plain forms (`500m`, `2`, `1.5`,
-/// `4Gi`, `10k`); None for exponent forms, which then compare as text.
-pub fn milli_units(q: &str) -> Option<i128> {
+/// A quantity in billionths of a unit: every suffix Kubernetes accepts
+/// (n u m k M G T P E, Ki … Ei) and exponents (1e3). None when it does not
+/// parse or does not fit, and the two sides then compare as text.
+pub fn nano_units(q: &str) -> Option<i128> {
     let q = q.trim();
-    let split = q.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-' || c == '+')).unwrap_or(q.len());
+    let (negative, q) = match q.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, q.strip_prefix('+').unwrap_or(q)),
+    };
+    let split = q.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(q.len());
     let (number, suffix) = q.split_at(split);
-    let factor: i128 = match suffix {
-        "" => 1000,
-        "m" => 1,
-        "k" => 1000 * 1000,
-        "M" => 1000 * 1000_000,
-        "G" => 1000 * 1000_000_000,
-        "T" => 1000 * 1000_000_000_000,
-        "Ki" => 1000 * 1024,
-        "Mi" => 1000 * 1024 * 1024,
-        "Gi" => 1000 * 1024 * 1024 * 1024,
-        "Ti" => 1000 * 1024 * 1024 * 1024 * 1024,
+    let scale: i128 = match suffix {
+        "n" => 1,
+        "u" => 1_000,
+        "m" => 1_000_000,
+        "" => 1_000_000_000,
+        "k" => 10i128.pow(12),
+        "M" => 10i128.pow(15),
+        "G" => 10i128.pow(18),
+        "T" => 10i128.pow(21),
+        "P" => 10i128.pow(24),
+        "E" => 10i128.pow(27),
+        "Ki" | "Mi" | "Gi" | "Ti" | "Pi" | "Ei" => {
+            let power = 10 * (1 + ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"].iter().position(|s| *s == suffix)? as u32);
+            2i128.checked_pow(power)?.checked_mul(1_000_000_000)?
+        }
+        exp if exp.starts_with(['e', 'E']) => {
+            let e: i32 = exp[1..].parse().ok()?;
+            let e = e.checked_add(9)?;
+            if e < 0 {
+                return None;
+            }
+            10i128.checked_pow(u32::try_from(e).ok()?)?
+        }
         _ => return None,
     };
+    if number.is_empty() || number == "." {
+        return None;
+    }
     let (int, frac) = number.split_once('.').unwrap_or((number, ""));
-    let negative = int.starts_with('-');
-    let int: i128 = int.trim_start_matches(['-', '+']).parse().ok().or(if int.is_empty() { Some(0) } else { None })?;
-    let frac_digits = frac.len() as u32;
-    let frac: i128 = if frac.is_empty() { 0 } else { frac.parse().ok()? };
-    let scaled = int * factor + frac * factor / 10i128.checked_pow(frac_digits)?;
-    Some(if negative { -scaled } else { scaled })
+    let int: i128 = if int.is_empty() { 0 } else { int.parse().ok()? };
+    let frac_value: i128 = if frac.is_empty() { 0 } else { frac.parse().ok()? };
+    let frac_scale = 10i128.checked_pow(u32::try_from(frac.len()).ok()?)?;
+    let value = int.checked_mul(scale)?.checked_add(frac_value.checked_mul(scale)? / frac_scale)?;
+    Some(if negative { -value } else { value })
 }
-
 /// Everything a Bulkhead made, to delete when it goes: found by label, so
 /// cleanup needs neither a valid spec nor the garbage collector.
 pub fn teardown(name: &str, snapshot: &Snapshot) -> Vec<Change> {

@@ -14,7 +14,7 @@ mod workload;
 use k8s_openapi::api::core::v1::{ConfigMap, ResourceQuota};
 use kube::ResourceExt;
 
-pub use changes::{changes, milli_units, teardown, Change};
+pub use changes::{changes, nano_units, teardown, Change};
 pub use capacity::{plan_capacity, CapacityPlan, ClassCapacity, Funding, Replicas};
 pub use errors::SpecError;
 pub use pool_config::{config_map_name, PoolClass, PoolConfig, POOL_CONFIG_KEY};

@@ -18,8 +18,11 @@ pub struct QuotaCollision {
     pub classes: Vec<String>,
 }
 
+/// `bulkhead-<bulkhead>.<class>`: the dot (allowed in a quota's name, never in
+/// a DNS label) keeps Bulkhead `shop` class `api-read` and Bulkhead
+/// `shop-api` class `read` from naming the same object.
 pub fn quota_name(bulkhead: &str, class: &str) -> String {
-    format!("bulkhead-{bulkhead}-{class}")
+    format!("bulkhead-{bulkhead}.{class}")
 }
 
 /// The quotas to write, and the namespaces withheld because classes collide there.

@@ -8,6 +8,10 @@ use crate::crd::{Bulkhead, Scope};
 
 /// Longest Bulkhead name: it becomes a label value on everything the operator writes.
 pub const MAX_NAME_LEN: usize = 63;
+/// Most classes: the audit's pairs grow with the square, and status must fit in an object.
+pub const MAX_CLASSES: usize = 64;
+/// Most database URLs per class.
+pub const MAX_DATABASES: usize = 16;
 
 pub fn validate(bulkhead: &Bulkhead) -> Vec<SpecError> {
     let spec = &bulkhead.spec;
@@ -26,6 +30,12 @@ pub fn validate(bulkhead: &Bulkhead) -> Vec<SpecError> {
     }
     if spec.classes.is_empty() {
         errors.push(SpecError::new("spec.classes", "at least one class is required"));
+    }
+    if spec.classes.len() > MAX_CLASSES {
+        errors.push(SpecError::new(
+            "spec.classes",
+            format!("{} classes; at most {MAX_CLASSES} are supported", spec.classes.len()),
+        ));
     }
     if spec.pool.scope == Scope::Fleet && spec.workload.is_none() {
         errors.push(SpecError::new(
@@ -46,6 +56,9 @@ pub fn validate(bulkhead: &Bulkhead) -> Vec<SpecError> {
         let field = |f: &str| format!("spec.classes[{i}].{f}");
         if !is_dns_label(&class.name) {
             errors.push(SpecError::new(field("name"), format!("{:?} must be a DNS label", class.name)));
+        }
+        if class.databases.len() > MAX_DATABASES {
+            errors.push(SpecError::new(field("databases"), format!("at most {MAX_DATABASES} URLs")));
         }
         if !seen.insert(class.name.as_str()) {
             errors.push(SpecError::new(field("name"), format!("duplicate class name {:?}", class.name)));

@@ -70,8 +70,15 @@ impl ControlPlane {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    /// kubectl apply -f - with the given YAML.
+    /// kubectl apply -f - with the given YAML; panics when it fails.
     pub fn apply_yaml(&self, yaml: &str) -> String {
+        let (ok, stdout, stderr) = self.try_apply_yaml(yaml);
+        assert!(ok, "kubectl apply failed: {stderr}\n{yaml}");
+        stdout
+    }
+
+    /// kubectl apply -f - with the given YAML: (succeeded, stdout, stderr).
+    pub fn try_apply_yaml(&self, yaml: &str) -> (bool, String, String) {
         use std::io::Write;
         let mut child = Command::new(&self.kubectl)
             .arg("--kubeconfig")
@@ -84,8 +91,11 @@ impl ControlPlane {
             .expect("kubectl runs");
         child.stdin.take().expect("stdin").write_all(yaml.as_bytes()).expect("write yaml");
         let out = child.wait_with_output().expect("kubectl finishes");
-        assert!(out.status.success(), "kubectl apply failed: {}\n{yaml}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     }
 
     /// Register one fake node with extra labels.
