@@ -200,7 +200,7 @@ fn layer_status(bulkhead: &Bulkhead, layer: Layer, members: &[Members<'_>], pair
 
 /// `Isolated`: True when every required layer is Separate; False when one is
 /// Shared; Unknown when only Unverified ones remain.
-pub fn isolated_condition(layers: &[LayerStatus]) -> DesiredCondition {
+pub fn isolated_condition(layers: &[LayerStatus], classes: usize) -> DesiredCondition {
     let required: Vec<&LayerStatus> = layers.iter().filter(|l| l.required).collect();
     let describe = |l: &LayerStatus| {
         l.pairs
@@ -220,7 +220,9 @@ pub fn isolated_condition(layers: &[LayerStatus]) -> DesiredCondition {
         return DesiredCondition::new(ISOLATED, Status::Unknown, "SharedLayerUnverified", unverified.join("; "));
     }
     let names: Vec<String> = required.iter().map(|l| format!("{:?}", l.name)).collect();
-    let message = if names.is_empty() {
+    let message = if classes < 2 {
+        "only one class: there is nothing to isolate it from".to_string()
+    } else if names.is_empty() {
         "no layers are required (spec.layers is empty)".to_string()
     } else {
         format!("every required layer is Separate: {}", names.join(", "))

@@ -42,7 +42,7 @@ pub fn build_status(
     let generation = bulkhead.metadata.generation;
     let mut desired = desired_conditions(plan, outcome);
     if let Some(audit) = audit {
-        desired.push(isolated_condition(&audit.layers));
+        desired.push(isolated_condition(&audit.layers, bulkhead.spec.classes.len()));
     }
     let previous_conditions = previous.map(|s| s.conditions.as_slice()).unwrap_or_default();
     let cap = &plan.capacity;
