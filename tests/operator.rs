@@ -83,6 +83,14 @@ async fn pool_config(client: &Client, ns: &str, name: &str) -> Option<PoolConfig
     serde_json::from_str(cm.data?.get("pools.json")?).ok()
 }
 
+/// A Bulkhead from its parts, each inline YAML: `pool` a flow mapping,
+/// `rest` any further spec lines (indented two spaces) ending with `classes:`.
+fn bulkhead_yaml(name: &str, dimension: &str, pool: &str, rest: &str) -> String {
+    format!(
+        "apiVersion: bulkhead.dev/v1alpha1\nkind: Bulkhead\nmetadata: {{name: {name}}}\nspec:\n  dimension: {dimension}\n  pool: {pool}\n{rest}"
+    )
+}
+
 /// A test namespace labelled `team=<unique>`, and that label value.
 async fn team_namespace(prefix: &str) -> (TestNamespace, String) {
     let ns = TestNamespace::new(prefix, &[]).await;
@@ -100,9 +108,7 @@ fn quota_bulkhead(name: &str, label: &str, classes: &[(&str, &str)]) -> String {
             format!("  - {{name: {class}, reserved: 10, pods: {{namespaceSelector: {{matchLabels: {{team: {label}}}}}}}, quota: {{hard: {hard}}}}}\n")
         })
         .collect();
-    format!(
-        "apiVersion: bulkhead.dev/v1alpha1\nkind: Bulkhead\nmetadata: {{name: {name}}}\nspec:\n  dimension: Tenant\n  pool: {{resource: connections, capacity: 100}}\n  classes:\n{classes}"
-    )
+    bulkhead_yaml(name, "Tenant", "{resource: connections, capacity: 100}", &format!("  classes:\n{classes}"))
 }
 
 fn started() -> (&'static ControlPlane, &'static Operator) {
@@ -212,19 +218,14 @@ async fn an_unfundable_bulkhead_says_why_and_the_others_keep_working() {
     let ns = TestNamespace::new("core-unfunded", &[]).await;
     cp.apply_yaml(&deployment_yaml(&ns.name, "api", 1));
     let bad = format!("unfunded-{}", unique_suffix());
-    cp.apply_yaml(&format!(
-        r#"apiVersion: bulkhead.dev/v1alpha1
-kind: Bulkhead
-metadata: {{name: {bad}}}
-spec:
-  dimension: Tenant
-  pool: {{resource: connections, capacity: 200, sharedSurplus: 80}}
-  workload: {{namespace: {ns}, selector: {{matchLabels: {{app: api}}}}}}
-  classes:
-  - {{name: a, reserved: 100}}
-  - {{name: b, reserved: 50}}
-"#,
-        ns = ns.name
+    cp.apply_yaml(&bulkhead_yaml(
+        &bad,
+        "Tenant",
+        "{resource: connections, capacity: 200, sharedSurplus: 80}",
+        &format!(
+            "  workload: {{namespace: {}, selector: {{matchLabels: {{app: api}}}}}}\n  classes:\n  - {{name: a, reserved: 100}}\n  - {{name: b, reserved: 50}}\n",
+            ns.name
+        ),
     ));
     let good = format!("funded-{}", unique_suffix());
     cp.apply_yaml(&fleet_bulkhead(&good, &ns.name, 30));
@@ -247,27 +248,9 @@ async fn a_bulkhead_the_types_cannot_read_is_reported_and_does_not_stall_others(
     let client = cp.client().await;
     let broken = format!("broken-{}", unique_suffix());
     // The schema says "integer >= 0"; 2^33 passes it but not the u32 it maps to.
-    cp.apply_yaml(&format!(
-        r#"apiVersion: bulkhead.dev/v1alpha1
-kind: Bulkhead
-metadata: {{name: {broken}}}
-spec:
-  dimension: Tenant
-  pool: {{resource: connections, capacity: 8589934592}}
-  classes: [{{name: a, reserved: 1}}]
-"#
-    ));
+    cp.apply_yaml(&bulkhead_yaml(&broken, "Tenant", "{resource: connections, capacity: 8589934592}", "  classes: [{name: a, reserved: 1}]\n"));
     let fine = format!("fine-{}", unique_suffix());
-    cp.apply_yaml(&format!(
-        r#"apiVersion: bulkhead.dev/v1alpha1
-kind: Bulkhead
-metadata: {{name: {fine}}}
-spec:
-  dimension: Tenant
-  pool: {{resource: connections, capacity: 10}}
-  classes: [{{name: a, reserved: 1, critical: true}}]
-"#
-    ));
+    cp.apply_yaml(&bulkhead_yaml(&fine, "Tenant", "{resource: connections, capacity: 10}", "  classes: [{name: a, reserved: 1, critical: true}]\n"));
     // Read it untyped: the typed client cannot decode it either.
     let cp_ = cp;
     let (reason, message) = wait_for("broken: Ready=False", SETTLE, || async {
@@ -289,17 +272,11 @@ async fn planner_rules_the_schema_cannot_state_are_reported_with_the_field() {
     let (cp, _) = started();
     let client = cp.client().await;
     let name = format!("ceiling-{}", unique_suffix());
-    cp.apply_yaml(&format!(
-        r#"apiVersion: bulkhead.dev/v1alpha1
-kind: Bulkhead
-metadata: {{name: {name}}}
-spec:
-  dimension: Dependency
-  pool: {{resource: connections, capacity: 200, sharedSurplus: 80}}
-  classes:
-  - {{name: a, reserved: 30, ceiling: 150}}
-  - {{name: b, reserved: 30}}
-"#
+    cp.apply_yaml(&bulkhead_yaml(
+        &name,
+        "Dependency",
+        "{resource: connections, capacity: 200, sharedSurplus: 80}",
+        "  classes:\n  - {name: a, reserved: 30, ceiling: 150}\n  - {name: b, reserved: 30}\n",
     ));
     let (reason, message) = wait_condition(&client, &name, "Ready", "False").await;
     assert_eq!(reason, "InvalidSpec");
@@ -316,15 +293,15 @@ fn the_schema_rejects_bad_names_and_duplicate_classes() {
         (ok, err)
     };
     let (ok, err) = attempt(
-        "apiVersion: bulkhead.dev/v1alpha1\nkind: Bulkhead\nmetadata: {name: badname}\nspec:\n  dimension: Tenant\n  pool: {resource: connections, capacity: 10}\n  classes: [{name: Bad_Name, reserved: 1}]\n",
+        &bulkhead_yaml("badname", "Tenant", "{resource: connections, capacity: 10}", "  classes: [{name: Bad_Name, reserved: 1}]\n"),
     );
     assert!(!ok && err.contains("spec.classes.name"), "{err}");
     let (ok, err) = attempt(
-        "apiVersion: bulkhead.dev/v1alpha1\nkind: Bulkhead\nmetadata: {name: dupes}\nspec:\n  dimension: Tenant\n  pool: {resource: connections, capacity: 10}\n  classes: [{name: a, reserved: 1}, {name: a, reserved: 2}]\n",
+        &bulkhead_yaml("dupes", "Tenant", "{resource: connections, capacity: 10}", "  classes: [{name: a, reserved: 1}, {name: a, reserved: 2}]\n"),
     );
     assert!(!ok && err.contains("Duplicate value"), "{err}");
     let (ok, err) = attempt(
-        "apiVersion: bulkhead.dev/v1alpha1\nkind: Bulkhead\nmetadata: {name: negative}\nspec:\n  dimension: Sideways\n  pool: {resource: connections, capacity: -1}\n  classes: [{name: a, reserved: 1}]\n",
+        &bulkhead_yaml("negative", "Sideways", "{resource: connections, capacity: -1}", "  classes: [{name: a, reserved: 1}]\n"),
     );
     assert!(!ok && err.contains("spec.dimension") && err.contains("spec.pool.capacity"), "{err}");
 }

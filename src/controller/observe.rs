@@ -102,20 +102,51 @@ fn namespaced_key<K: Resource>(k: &K) -> ObjectKey {
     ObjectKey::new(k.namespace().unwrap_or_default(), k.name_any())
 }
 
-impl Observed for Namespace {
-    type Key = String;
-    type Lean = NamespaceInfo;
-    fn key(&self) -> String {
-        self.name_any()
-    }
-    fn lean(&self, _: &mut Interner) -> NamespaceInfo {
-        NamespaceInfo::from(self)
-    }
-    fn table(s: &mut Snapshot) -> &mut BTreeMap<String, NamespaceInfo> {
-        &mut s.namespaces
-    }
+/// The plain cases: one kind, one table, keyed by name or namespace/name.
+macro_rules! observed {
+    ($kind:ty, $key:ident, $lean:ty, $table:ident, |$obj:ident, $interner:ident| $make:expr) => {
+        impl Observed for $kind {
+            type Key = observed!(@key_type $key);
+            type Lean = $lean;
+            fn key(&self) -> Self::Key {
+                observed!(@key self, $key)
+            }
+            fn lean(&self, $interner: &mut Interner) -> $lean {
+                let $obj = self;
+                $make
+            }
+            fn table(s: &mut Snapshot) -> &mut BTreeMap<Self::Key, $lean> {
+                &mut s.$table
+            }
+        }
+    };
+    (@key_type cluster) => { String };
+    (@key_type namespaced) => { ObjectKey };
+    (@key $self:ident, cluster) => { $self.name_any() };
+    (@key $self:ident, namespaced) => { namespaced_key($self) };
 }
 
+observed!(Namespace, cluster, NamespaceInfo, namespaces, |ns, _interner| NamespaceInfo::from(ns));
+observed!(HorizontalPodAutoscaler, namespaced, Autoscaler, autoscalers, |h, _interner| Autoscaler::from(h));
+observed!(Node, cluster, NodeInfo, nodes, |node, interner| NodeInfo::from_node(node, interner));
+observed!(Pod, namespaced, PodInfo, pods, |pod, interner| PodInfo::from_pod(pod, interner));
+observed!(Service, namespaced, ServiceInfo, services, |svc, _interner| ServiceInfo::from(svc));
+observed!(Endpoints, namespaced, EndpointsInfo, endpoints, |ep, _interner| EndpointsInfo::from(ep));
+observed!(RuntimeClass, cluster, RuntimeClassInfo, runtime_classes, |rc, _interner| RuntimeClassInfo::from(rc));
+// The operator's own children are kept whole (they are few), minus managedFields.
+observed!(ConfigMap, namespaced, ConfigMap, config_maps, |cm, _interner| {
+    let mut cm = cm.clone();
+    cm.metadata.managed_fields = None;
+    cm
+});
+observed!(ResourceQuota, namespaced, ResourceQuota, resource_quotas, |rq, _interner| {
+    let mut rq = rq.clone();
+    rq.metadata.managed_fields = None;
+    rq.status = None;
+    rq
+});
+
+// Deployments and StatefulSets share one table, so each owns only its kind's keys.
 impl Observed for Deployment {
     type Key = (WorkloadKind, ObjectKey);
     type Lean = Workload;
@@ -147,124 +178,6 @@ impl Observed for StatefulSet {
     }
     fn owns(key: &Self::Key) -> bool {
         key.0 == WorkloadKind::StatefulSet
-    }
-}
-
-impl Observed for HorizontalPodAutoscaler {
-    type Key = ObjectKey;
-    type Lean = Autoscaler;
-    fn key(&self) -> ObjectKey {
-        namespaced_key(self)
-    }
-    fn lean(&self, _: &mut Interner) -> Autoscaler {
-        Autoscaler::from(self)
-    }
-    fn table(s: &mut Snapshot) -> &mut BTreeMap<ObjectKey, Autoscaler> {
-        &mut s.autoscalers
-    }
-}
-
-/// The operator's own ConfigMaps are kept whole (they are few) minus managedFields.
-impl Observed for ConfigMap {
-    type Key = ObjectKey;
-    type Lean = ConfigMap;
-    fn key(&self) -> ObjectKey {
-        namespaced_key(self)
-    }
-    fn lean(&self, _: &mut Interner) -> ConfigMap {
-        let mut cm = self.clone();
-        cm.metadata.managed_fields = None;
-        cm
-    }
-    fn table(s: &mut Snapshot) -> &mut BTreeMap<ObjectKey, ConfigMap> {
-        &mut s.config_maps
-    }
-}
-
-impl Observed for ResourceQuota {
-    type Key = ObjectKey;
-    type Lean = ResourceQuota;
-    fn key(&self) -> ObjectKey {
-        namespaced_key(self)
-    }
-    fn lean(&self, _: &mut Interner) -> ResourceQuota {
-        let mut rq = self.clone();
-        rq.metadata.managed_fields = None;
-        rq.status = None;
-        rq
-    }
-    fn table(s: &mut Snapshot) -> &mut BTreeMap<ObjectKey, ResourceQuota> {
-        &mut s.resource_quotas
-    }
-}
-
-impl Observed for Node {
-    type Key = String;
-    type Lean = NodeInfo;
-    fn key(&self) -> String {
-        self.name_any()
-    }
-    fn lean(&self, interner: &mut Interner) -> NodeInfo {
-        NodeInfo::from_node(self, interner)
-    }
-    fn table(s: &mut Snapshot) -> &mut BTreeMap<String, NodeInfo> {
-        &mut s.nodes
-    }
-}
-
-impl Observed for Pod {
-    type Key = ObjectKey;
-    type Lean = PodInfo;
-    fn key(&self) -> ObjectKey {
-        namespaced_key(self)
-    }
-    fn lean(&self, interner: &mut Interner) -> PodInfo {
-        PodInfo::from_pod(self, interner)
-    }
-    fn table(s: &mut Snapshot) -> &mut BTreeMap<ObjectKey, PodInfo> {
-        &mut s.pods
-    }
-}
-
-impl Observed for Service {
-    type Key = ObjectKey;
-    type Lean = ServiceInfo;
-    fn key(&self) -> ObjectKey {
-        namespaced_key(self)
-    }
-    fn lean(&self, _: &mut Interner) -> ServiceInfo {
-        ServiceInfo::from(self)
-    }
-    fn table(s: &mut Snapshot) -> &mut BTreeMap<ObjectKey, ServiceInfo> {
-        &mut s.services
-    }
-}
-
-impl Observed for Endpoints {
-    type Key = ObjectKey;
-    type Lean = EndpointsInfo;
-    fn key(&self) -> ObjectKey {
-        namespaced_key(self)
-    }
-    fn lean(&self, _: &mut Interner) -> EndpointsInfo {
-        EndpointsInfo::from(self)
-    }
-    fn table(s: &mut Snapshot) -> &mut BTreeMap<ObjectKey, EndpointsInfo> {
-        &mut s.endpoints
-    }
-}
-
-impl Observed for RuntimeClass {
-    type Key = String;
-    type Lean = RuntimeClassInfo;
-    fn key(&self) -> String {
-        self.name_any()
-    }
-    fn lean(&self, _: &mut Interner) -> RuntimeClassInfo {
-        RuntimeClassInfo::from(self)
-    }
-    fn table(s: &mut Snapshot) -> &mut BTreeMap<String, RuntimeClassInfo> {
-        &mut s.runtime_classes
     }
 }
 
