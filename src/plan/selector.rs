@@ -54,10 +54,6 @@ impl Matcher {
         Ok(Matcher(Some(reqs)))
     }
 
-    pub fn everything() -> Self {
-        Matcher(None)
-    }
-
     /// A Service-style selector: every label must equal.
     pub fn from_labels(labels: &crate::snapshot::Labels) -> Self {
         Matcher(Some(labels.iter().map(|(k, v)| Requirement::In(k.clone(), vec![v.clone()])).collect()))
@@ -76,10 +72,5 @@ impl Matcher {
             Requirement::Exists(k) => labels.label(k).is_some(),
             Requirement::DoesNotExist(k) => labels.label(k).is_none(),
         })
-    }
-
-    /// True when the spec named no selector at all.
-    pub fn is_unset(&self) -> bool {
-        self.0.is_none()
     }
 }

@@ -49,11 +49,6 @@ impl PodInfo {
             finished: matches!(phase, Some("Succeeded" | "Failed")),
         }
     }
-
-    /// Bytes this pod holds beyond the shared strings (for the memory figure).
-    pub fn owned_bytes(&self) -> usize {
-        std::mem::size_of::<Self>() + self.labels.owned_bytes() + self.ip.as_ref().map_or(0, |ip| ip.len())
-    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Default)]

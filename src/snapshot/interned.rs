@@ -38,14 +38,3 @@ impl LabelLookup for InternedLabels {
         self.0.binary_search_by(|(k, _)| (**k).cmp(key)).ok().map(|i| &*self.0[i].1)
     }
 }
-
-impl InternedLabels {
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.0.iter().map(|(k, v)| (&**k, &**v))
-    }
-
-    /// Heap bytes this value owns (the shared strings are not counted).
-    pub fn owned_bytes(&self) -> usize {
-        std::mem::size_of_val(&*self.0)
-    }
-}

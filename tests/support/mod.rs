@@ -17,7 +17,7 @@ use std::{
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::{
-    api::{Api, DeleteParams, PostParams},
+    api::{Api, PostParams},
     config::{KubeConfigOptions, Kubeconfig},
     Client, Config,
 };
@@ -110,20 +110,6 @@ impl ControlPlane {
             self.kubectl(&["label", "node", name, &format!("{k}={v}"), "--overwrite"]);
         }
     }
-
-    /// Register fake nodes `{prefix}-1..=count` with extra labels; the real
-    /// scheduler binds pods to them.
-    pub fn add_nodes(&self, prefix: &str, count: usize, zone_of: impl Fn(usize) -> String) {
-        for i in 1..=count {
-            let name = format!("{prefix}-{i}");
-            let status = Command::new(repo_root().join("tests/control-plane"))
-                .args(["node", &name, &zone_of(i)])
-                .env("BULKHEAD_CP_DIR", &self.dir)
-                .status()
-                .expect("control-plane node runs");
-            assert!(status.success(), "could not register node {name}");
-        }
-    }
 }
 
 fn start_control_plane() -> PathBuf {
@@ -193,10 +179,6 @@ impl Drop for TestNamespace {
             .args(["delete", "namespace", &self.name, "--wait=false", "--ignore-not-found"])
             .output();
     }
-}
-
-pub async fn delete_namespace_now(client: &Client, name: &str) {
-    let _ = Api::<Namespace>::all(client.clone()).delete(name, &DeleteParams::default()).await;
 }
 
 pub fn unique_suffix() -> String {
