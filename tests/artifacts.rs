@@ -98,6 +98,17 @@ fn the_chart_runs_the_operator_locked_down_with_least_privilege() {
     writes.dedup();
     assert_eq!(
         writes,
-        vec!["bulkheads", "bulkheads/finalizers", "bulkheads/status", "configmaps", "events", "resourcequotas"]
+        vec![
+            "bulkheads",
+            "bulkheads/finalizers",
+            "bulkheads/status",
+            "configmaps",
+            "deployments",
+            "events",
+            "nodes",
+            "priorityclasses",
+            "resourcequotas",
+            "statefulsets"
+        ]
     );
 }

@@ -1,24 +1,80 @@
 //! Carry out planned changes: server-side apply with the operator's field
-//! manager (it owns these objects outright, so it forces), deletes that
-//! tolerate an object already gone.
+//! manager for the objects it owns outright (so it forces), deletes that
+//! tolerate an object already gone, node claims under a resourceVersion
+//! precondition, and workload placement applied without force (a conflict
+//! with another manager is reported, never overridden).
 
-use k8s_openapi::api::core::v1::{ConfigMap, ResourceQuota};
+use k8s_openapi::api::{
+    apps::v1::{Deployment, StatefulSet},
+    core::v1::{ConfigMap, Node, ResourceQuota},
+    scheduling::v1::PriorityClass,
+};
 use kube::{
     api::{Api, DeleteParams, Patch, PatchParams},
     Client, Resource,
 };
 use serde::{de::DeserializeOwned, Serialize};
+use serde_json::{json, Value};
 
 use super::{metrics::Metrics, Error};
 use crate::{
     crd::{BULKHEAD_LABEL, FIELD_MANAGER},
-    plan::Change,
-    snapshot::ObjectKey,
+    plan::{placement_manager, withdrawal_body, Change, NodeChange, WorkloadPlacement},
+    snapshot::{ObjectKey, WorkloadKind},
 };
 
-pub async fn apply_changes(client: &Client, metrics: &Metrics, changes: &[Change]) -> Result<(), Error> {
+/// A workload whose placement another field manager's fields block.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlacementConflict {
+    pub kind: WorkloadKind,
+    pub key: ObjectKey,
+    pub generation: Option<i64>,
+    pub fingerprint: String,
+    /// The API server's account: the fields and the manager that owns them.
+    pub message: String,
+}
+
+impl PlacementConflict {
+    pub fn describe(&self) -> String {
+        format!("{} {}: {}", self.kind.as_str(), self.key, self.message)
+    }
+}
+
+/// Apply `changes` in order for Bulkhead `bulkhead`; placement conflicts are
+/// returned, not raised, so that one contested workload stalls nothing else.
+pub async fn apply_changes(
+    client: &Client,
+    metrics: &Metrics,
+    bulkhead: &str,
+    changes: &[Change],
+) -> Result<Vec<PlacementConflict>, Error> {
+    let mut conflicts = Vec::new();
     for change in changes {
         match change {
+            Change::ApplyPriorityClass(pc) => {
+                let name = pc.metadata.name.as_deref().ok_or(Error::Unnamed("a planned PriorityClass"))?;
+                apply(Api::<PriorityClass>::all(client.clone()), name, pc).await?;
+                metrics.record_write("PriorityClass", "apply");
+            }
+            Change::DeletePriorityClass(name) => {
+                delete(Api::<PriorityClass>::all(client.clone()), name).await?;
+                metrics.record_write("PriorityClass", "delete");
+            }
+            Change::Node(node) => {
+                patch_node(client, node).await?;
+                metrics.record_write("Node", "patch");
+            }
+            Change::PlaceWorkload(p) => {
+                if let Some(conflict) = place(client, bulkhead, p).await? {
+                    conflicts.push(conflict);
+                } else {
+                    metrics.record_write(p.kind.as_str(), "apply");
+                }
+            }
+            Change::WithdrawWorkload(kind, key) => {
+                withdraw(client, bulkhead, *kind, key).await?;
+                metrics.record_write(kind.as_str(), "withdraw");
+            }
             Change::ApplyConfigMap(cm) => {
                 let (ns, name) = names(&cm.metadata)?;
                 apply(Api::<ConfigMap>::namespaced(client.clone(), ns), name, cm).await?;
@@ -30,19 +86,96 @@ pub async fn apply_changes(client: &Client, metrics: &Metrics, changes: &[Change
                 metrics.record_write("ResourceQuota", "apply");
             }
             Change::DeleteConfigMap(key) => {
-                delete(Api::<ConfigMap>::namespaced(client.clone(), &key.namespace), key).await?;
+                delete(Api::<ConfigMap>::namespaced(client.clone(), &key.namespace), &key.name).await?;
                 metrics.record_write("ConfigMap", "delete");
             }
             Change::DeleteQuota(key) => {
-                delete(Api::<ResourceQuota>::namespaced(client.clone(), &key.namespace), key).await?;
+                delete(Api::<ResourceQuota>::namespaced(client.clone(), &key.namespace), &key.name).await?;
                 metrics.record_write("ResourceQuota", "delete");
             }
         }
     }
-    Ok(())
+    Ok(conflicts)
+}
+
+/// Set or remove the claim label and write the taint list back whole. Taints
+/// are one atomic list, so the write carries the resourceVersion it was
+/// planned from: if a kubelet or an admin changed the node meanwhile, the API
+/// server refuses it and the next reconcile plans again from the new list.
+async fn patch_node(client: &Client, change: &NodeChange) -> Result<(), Error> {
+    let taints = if change.taints.is_empty() { Value::Null } else { json!(change.taints) };
+    let patch = json!({
+        "metadata": {
+            "resourceVersion": change.resource_version,
+            "labels": {change.label_key.as_str(): change.class},
+        },
+        "spec": {"taints": taints},
+    });
+    let api = Api::<Node>::all(client.clone());
+    match api.patch(&change.node, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Err(Error::NodeChanged(change.node.clone())),
+        // A node deleted since it was observed needs no release.
+        Err(kube::Error::Api(s)) if s.code == 404 && change.class.is_none() => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Apply a workload's placement without force. A conflict means another
+/// manager owns one of the fields: report it and leave the workload alone.
+async fn place(client: &Client, bulkhead: &str, p: &WorkloadPlacement) -> Result<Option<PlacementConflict>, Error> {
+    let params = PatchParams::apply(&placement_manager(bulkhead));
+    let result = match p.kind {
+        WorkloadKind::Deployment => {
+            Api::<Deployment>::namespaced(client.clone(), &p.key.namespace)
+                .patch(&p.key.name, &params, &Patch::Apply(&p.body))
+                .await
+                .map(drop)
+        }
+        WorkloadKind::StatefulSet => {
+            Api::<StatefulSet>::namespaced(client.clone(), &p.key.namespace)
+                .patch(&p.key.name, &params, &Patch::Apply(&p.body))
+                .await
+                .map(drop)
+        }
+    };
+    match result {
+        Ok(()) => Ok(None),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(Some(PlacementConflict {
+            kind: p.kind,
+            key: p.key.clone(),
+            generation: p.generation,
+            fingerprint: p.fingerprint.clone(),
+            message: s.message,
+        })),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// An empty apply under the placement manager: the API server removes every
+/// field that manager applied and nobody else owns, and nothing more.
+async fn withdraw(client: &Client, bulkhead: &str, kind: WorkloadKind, key: &ObjectKey) -> Result<(), Error> {
+    let params = PatchParams::apply(&placement_manager(bulkhead));
+    let body = withdrawal_body(kind, key);
+    let result = match kind {
+        WorkloadKind::Deployment => Api::<Deployment>::namespaced(client.clone(), &key.namespace)
+            .patch(&key.name, &params, &Patch::Apply(&body))
+            .await
+            .map(drop),
+        WorkloadKind::StatefulSet => Api::<StatefulSet>::namespaced(client.clone(), &key.namespace)
+            .patch(&key.name, &params, &Patch::Apply(&body))
+            .await
+            .map(drop),
+    };
+    match result {
+        Ok(()) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 fn names(meta: &kube::api::ObjectMeta) -> Result<(&str, &str), Error> {
+    // Namespaced objects only; cluster-scoped ones are named directly.
     match (meta.namespace.as_deref(), meta.name.as_deref()) {
         (Some(ns), Some(name)) => Ok((ns, name)),
         _ => Err(Error::Unnamed("a planned child object")),
@@ -69,11 +202,11 @@ where
     Ok(())
 }
 
-async fn delete<K>(api: Api<K>, key: &ObjectKey) -> Result<(), Error>
+async fn delete<K>(api: Api<K>, name: &str) -> Result<(), Error>
 where
     K: Clone + DeserializeOwned + std::fmt::Debug,
 {
-    match api.delete(&key.name, &DeleteParams::default()).await {
+    match api.delete(name, &DeleteParams::default()).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
         Err(e) => Err(e.into()),

@@ -10,6 +10,8 @@ pub enum Error {
     Unnamed(&'static str),
     #[error("{kind} {key} exists and belongs to {}; not taking it over", owner.as_deref().map_or("someone else".to_string(), |b| format!("Bulkhead {b}")))]
     NotOurs { kind: String, key: crate::snapshot::ObjectKey, owner: Option<String> },
+    #[error("node {0} changed while its claim was being written; planning again")]
+    NodeChanged(String),
     #[error("cannot serve metrics on {addr}: {source}")]
     Bind {
         addr: std::net::SocketAddr,
@@ -37,6 +39,7 @@ impl Error {
             Error::Serialize { .. } => "serialize",
             Error::Bind { .. } => "bind",
             Error::NotOurs { .. } => "not_ours",
+            Error::NodeChanged(_) => "node_changed",
             Error::Lease(_) => "lease",
         }
     }

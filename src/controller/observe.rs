@@ -18,6 +18,7 @@ use k8s_openapi::api::{
     autoscaling::v1::HorizontalPodAutoscaler,
     core::v1::{ConfigMap, Endpoints, Namespace, Node, Pod, ResourceQuota, Service},
     node::v1::RuntimeClass,
+    scheduling::v1::PriorityClass,
 };
 use kube::{
     api::Api,
@@ -82,8 +83,8 @@ impl SharedSnapshot {
     }
 }
 
-/// Kinds the operator writes; cleanup waits for these watches only.
-const CHILD_KINDS: [&str; 2] = ["ConfigMap", "ResourceQuota"];
+/// Kinds the operator writes or marks; cleanup waits for these watches only.
+const CHILD_KINDS: [&str; 6] = ["ConfigMap", "ResourceQuota", "PriorityClass", "Node", "Deployment", "StatefulSet"];
 
 /// One watched kind: how to key it, reduce it and where it lives in the snapshot.
 trait Observed: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static {
@@ -139,6 +140,11 @@ observed!(ConfigMap, namespaced, ConfigMap, config_maps, |cm, _interner| {
     cm.metadata.managed_fields = None;
     cm
 });
+observed!(PriorityClass, cluster, PriorityClass, priority_classes, |pc, _interner| {
+    let mut pc = pc.clone();
+    pc.metadata.managed_fields = None;
+    pc
+});
 observed!(ResourceQuota, namespaced, ResourceQuota, resource_quotas, |rq, _interner| {
     let mut rq = rq.clone();
     rq.metadata.managed_fields = None;
@@ -185,13 +191,14 @@ impl Observed for StatefulSet {
 pub fn start(client: &Client) -> Arc<SharedSnapshot> {
     let owned = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"));
     let all = watcher::Config::default();
-    let shared = Arc::new(SharedSnapshot::new(11));
+    let shared = Arc::new(SharedSnapshot::new(12));
     spawn::<Namespace>(Api::all(client.clone()), all.clone(), shared.clone());
     spawn::<Deployment>(Api::all(client.clone()), all.clone(), shared.clone());
     spawn::<StatefulSet>(Api::all(client.clone()), all.clone(), shared.clone());
     spawn::<HorizontalPodAutoscaler>(Api::all(client.clone()), all, shared.clone());
     spawn::<ConfigMap>(Api::all(client.clone()), owned.clone(), shared.clone());
-    spawn::<ResourceQuota>(Api::all(client.clone()), owned, shared.clone());
+    spawn::<ResourceQuota>(Api::all(client.clone()), owned.clone(), shared.clone());
+    spawn::<PriorityClass>(Api::all(client.clone()), owned, shared.clone());
     // What the layer audit reads.
     spawn::<Node>(Api::all(client.clone()), watcher::Config::default(), shared.clone());
     spawn::<Pod>(Api::all(client.clone()), watcher::Config::default(), shared.clone());

@@ -66,15 +66,27 @@ async fn reconcile_bulkhead(bulkhead: &Bulkhead, ctx: &Context) -> Result<Action
     }
     ctx.metrics.record_plan(&name, &plan.capacity);
 
+    let (changes, remembered) = ctx.conflicts.skip_remembered(&name, changes);
     let mut apply_error = None;
     let outcome = if !plan.is_valid() {
         ApplyOutcome::NotApplied
     } else {
-        match apply_changes(&ctx.client, &ctx.metrics, &changes).await {
-            Ok(()) => ApplyOutcome::Applied {
-                config_maps: usize::from(plan.config_map.is_some()),
-                quotas: plan.quotas.len(),
-            },
+        match apply_changes(&ctx.client, &ctx.metrics, &name, &changes).await {
+            Ok(new_conflicts) => {
+                let conflicts: Vec<_> = remembered.into_iter().chain(new_conflicts).collect();
+                ctx.conflicts.replace(&name, &conflicts);
+                ApplyOutcome::Applied {
+                    config_maps: usize::from(plan.config_map.is_some()),
+                    quotas: plan.quotas.len(),
+                    conflicts: conflicts.iter().map(|c| c.describe()).collect(),
+                }
+            }
+            // Someone wrote the node between observation and write: plan again
+            // from the new taint list, without reporting a failure.
+            Err(Error::NodeChanged(node)) => {
+                info!(bulkhead = %name, %node, "node changed under a claim; planning again");
+                return Ok(Action::requeue(Duration::from_millis(200)));
+            }
             Err(e) => {
                 let message = e.to_string();
                 apply_error = Some(e);
@@ -151,7 +163,8 @@ async fn clean_up(meta: &kube::api::ObjectMeta, ctx: &Context) -> Result<Action,
         return Ok(Action::requeue(Duration::from_millis(500)));
     }
     let deletes = teardown(&name, &*ctx.snapshot.read().await);
-    apply_changes(&ctx.client, &ctx.metrics, &deletes).await?;
+    apply_changes(&ctx.client, &ctx.metrics, &name, &deletes).await?;
+    ctx.conflicts.replace(&name, &[]);
     info!(bulkhead = %name, deleted = deletes.len(), "cleaned up; releasing the finalizer");
     set_finalizer(ctx, meta, false).await?;
     Ok(Action::await_change())

@@ -156,6 +156,52 @@ pub struct ClassSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
     pub databases: Vec<String>,
+    /// A dedicated node group: the operator claims `count` of the nodes that
+    /// `selector` matches, labels them bulkhead.dev/<bulkhead>=<class> and
+    /// taints them NoSchedule so that only this class's pods run there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<NodeGroupSpec>,
+    /// Keep this class's pods out of every topology domain (node, zone) that
+    /// runs pods of another class of this Bulkhead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub anti_affinity: Option<AntiAffinitySpec>,
+    /// RuntimeClass set on this class's pod templates, e.g. a sandbox (kata,
+    /// gVisor) that gives the class a kernel of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253), regex(pattern = DNS_SUBDOMAIN_PATTERN))]
+    pub runtime_class_name: Option<String>,
+    /// Value of the PriorityClass the operator writes for this class and sets
+    /// on its pod templates. Defaults to 1000; a critical class defaults to
+    /// 1000 above the highest other class and must be the highest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = -1000000000, max = 1000000000))]
+    pub priority: Option<i32>,
+}
+
+/// A DNS-1123 subdomain: what Kubernetes accepts in most object names.
+pub const DNS_SUBDOMAIN_PATTERN: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+
+/// Nodes claimed for one class.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeGroupSpec {
+    /// Candidate nodes, by label. Nodes claimed by another class or Bulkhead,
+    /// not Ready, cordoned, or tainted NoSchedule/NoExecute by someone else
+    /// are never claimed.
+    pub selector: LabelSelector,
+    /// How many nodes to claim (1 to 1000).
+    #[schemars(range(min = 1, max = 1000))]
+    pub count: u32,
+}
+
+/// Pod anti-affinity against the other classes of the Bulkhead.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AntiAffinitySpec {
+    /// The node label whose values are the domains to keep apart:
+    /// kubernetes.io/hostname (one node) or topology.kubernetes.io/zone.
+    #[schemars(length(min = 1, max = 316))]
+    pub topology_key: String,
 }
 
 /// Which pods belong to a class.

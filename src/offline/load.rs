@@ -8,6 +8,7 @@ use k8s_openapi::api::{
     autoscaling::v1::HorizontalPodAutoscaler,
     core::v1::{ConfigMap, Endpoints, Namespace, Node, Pod, ResourceQuota, Service},
     node::v1::RuntimeClass,
+    scheduling::v1::PriorityClass,
 };
 use serde::{de::DeserializeOwned, Deserialize};
 use serde_json::Value;
@@ -120,6 +121,12 @@ fn add_object(input: &mut Input, value: Value) -> Result<(), String> {
             let rq: ResourceQuota = decode(value)?;
             if managed(&rq.metadata) {
                 snapshot.resource_quotas.insert(key(&rq.metadata), rq);
+            }
+        }
+        "PriorityClass" => {
+            let pc: PriorityClass = decode(value)?;
+            if managed(&pc.metadata) {
+                snapshot.priority_classes.insert(pc.metadata.name.clone().unwrap_or_default(), pc);
             }
         }
         _ => input.ignored += 1,

@@ -4,6 +4,7 @@ use kube::ResourceExt;
 use serde_json::{json, Value};
 
 use super::evaluate::Evaluation;
+use crate::plan::{claim_key, Plan, CLAIM_EFFECT};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum OutputFormat {
@@ -29,9 +30,22 @@ pub fn plan_report(evaluations: &[Evaluation]) -> PlanReport {
         items.push(json!(e.bulkhead));
         items.extend(e.plan.config_map.iter().map(|cm| json!(cm)));
         items.extend(e.plan.quotas.iter().map(|rq| json!(rq)));
+        items.extend(e.plan.priority_classes.iter().map(|pc| json!(pc)));
+        items.extend(claimed_nodes(&name, &e.plan));
+        // Workload patches are partial objects: exactly what would be server-side applied.
+        items.extend(e.plan.placement.iter().flat_map(|p| &p.workloads).map(|w| w.body.clone()));
         invalid |= !e.plan.is_valid();
         for c in e.bulkhead.status.iter().flat_map(|s| &s.conditions) {
             summary.push(format!("bulkhead {name}: {} {} ({}): {}", c.type_, c.status, c.reason, c.message));
+        }
+        for group in &e.plan.node_groups.classes {
+            summary.push(format!(
+                "bulkhead {name}: class {} holds {} of {} node(s): {}",
+                group.class,
+                group.nodes.len(),
+                group.wanted,
+                if group.nodes.is_empty() { "none".to_string() } else { group.nodes.join(", ") }
+            ));
         }
         if e.changes.is_empty() {
             summary.push(format!("bulkhead {name}: nothing to change"));
@@ -41,4 +55,22 @@ pub fn plan_report(evaluations: &[Evaluation]) -> PlanReport {
         }
     }
     PlanReport { list: json!({"apiVersion": "v1", "kind": "List", "items": items}), summary, invalid }
+}
+
+/// Each claimed node as the part of a Node the operator owns: its claim label and taint.
+fn claimed_nodes(bulkhead: &str, plan: &Plan) -> Vec<Value> {
+    let key = claim_key(bulkhead);
+    plan.node_groups
+        .classes
+        .iter()
+        .flat_map(|g| g.nodes.iter().map(move |n| (n, &g.class)))
+        .map(|(node, class)| {
+            json!({
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": node, "labels": {key.as_str(): class}},
+                "spec": {"taints": [{"key": key, "value": class, "effect": CLAIM_EFFECT}]},
+            })
+        })
+        .collect()
 }

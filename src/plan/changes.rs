@@ -3,16 +3,30 @@
 //! Pure, so "no writes at steady state" is a property of this function.
 
 use k8s_openapi::{
-    api::core::v1::{ConfigMap, ResourceQuota},
+    api::{
+        core::v1::{ConfigMap, ResourceQuota},
+        scheduling::v1::PriorityClass,
+    },
     apimachinery::pkg::api::resource::Quantity,
 };
 use kube::api::ObjectMeta;
 
-use super::{Plan, POOL_CONFIG_KEY};
-use crate::{crd::BULKHEAD_LABEL, snapshot::{ObjectKey, Snapshot}};
+use super::{claim_key, nodes::NodeChange, placement::WorkloadPlacement, Plan, POOL_CONFIG_KEY};
+use crate::{
+    crd::BULKHEAD_LABEL,
+    snapshot::{LabelLookup, ObjectKey, Snapshot, WorkloadKind},
+};
 
+/// One write. Changes are listed in the order they must happen: PriorityClasses
+/// before the pods that name them, node claims before the workloads that need
+/// them, withdrawals before the PriorityClasses they named are deleted.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Change {
+    ApplyPriorityClass(PriorityClass),
+    DeletePriorityClass(String),
+    Node(NodeChange),
+    PlaceWorkload(WorkloadPlacement),
+    WithdrawWorkload(WorkloadKind, ObjectKey),
     ApplyConfigMap(ConfigMap),
     DeleteConfigMap(ObjectKey),
     ApplyQuota(ResourceQuota),
@@ -25,6 +39,13 @@ impl std::fmt::Display for Change {
             ObjectKey::new(m.namespace.clone().unwrap_or_default(), m.name.clone().unwrap_or_default())
         };
         match self {
+            Change::ApplyPriorityClass(pc) => {
+                write!(f, "apply PriorityClass {} (value {})", pc.metadata.name.as_deref().unwrap_or_default(), pc.value)
+            }
+            Change::DeletePriorityClass(name) => write!(f, "delete PriorityClass {name}"),
+            Change::Node(n) => write!(f, "{n}"),
+            Change::PlaceWorkload(p) => write!(f, "place {} in class {}", p.describe(), p.class),
+            Change::WithdrawWorkload(kind, key) => write!(f, "withdraw placement from {} {key}", kind.as_str()),
             Change::ApplyConfigMap(cm) => write!(f, "apply ConfigMap {}", key(&cm.metadata)),
             Change::DeleteConfigMap(k) => write!(f, "delete ConfigMap {k}"),
             Change::ApplyQuota(rq) => write!(f, "apply ResourceQuota {}", key(&rq.metadata)),
@@ -41,6 +62,37 @@ pub fn changes(name: &str, plan: &Plan, snapshot: &Snapshot, names_workload: boo
     }
     let mut out = Vec::new();
     let ours = |m: &ObjectMeta| m.labels.as_ref().and_then(|l| l.get(BULKHEAD_LABEL)).is_some_and(|b| b == name);
+
+    let mut stale_priority_classes = Vec::new();
+    for pc in &plan.priority_classes {
+        let pc_name = pc.metadata.name.clone().unwrap_or_default();
+        match snapshot.priority_classes.get(&pc_name) {
+            Some(existing) if meta_up_to_date(&existing.metadata, &pc.metadata) && existing.value == pc.value => {}
+            // A PriorityClass's value cannot change: replace it.
+            Some(existing) if existing.value != pc.value => {
+                out.push(Change::DeletePriorityClass(pc_name));
+                out.push(Change::ApplyPriorityClass(pc.clone()));
+            }
+            _ => out.push(Change::ApplyPriorityClass(pc.clone())),
+        }
+    }
+    for (pc_name, existing) in &snapshot.priority_classes {
+        if ours(&existing.metadata) && !plan.priority_classes.iter().any(|pc| pc.metadata.name.as_ref() == Some(pc_name)) {
+            stale_priority_classes.push(Change::DeletePriorityClass(pc_name.clone()));
+        }
+    }
+    out.extend(plan.node_groups.changes.iter().cloned().map(Change::Node));
+    let withdrawals = match &plan.placement {
+        Some(p) => p.withdrawals.clone(),
+        // Placement switched off: withdraw from every workload this Bulkhead placed.
+        None => placed_by(name, snapshot),
+    };
+    out.extend(withdrawals.into_iter().map(|(kind, key)| Change::WithdrawWorkload(kind, key)));
+    for p in plan.placement.iter().flat_map(|p| &p.workloads) {
+        if !p.up_to_date {
+            out.push(Change::PlaceWorkload(p.clone()));
+        }
+    }
 
     if let Some(cm) = &plan.config_map {
         let key = key_of(&cm.metadata);
@@ -67,10 +119,17 @@ pub fn changes(name: &str, plan: &Plan, snapshot: &Snapshot, names_workload: boo
     for rq in &plan.quotas {
         let key = key_of(&rq.metadata);
         let hard = |q: &ResourceQuota| q.spec.as_ref().and_then(|s| s.hard.clone()).unwrap_or_default();
+        let scope = |q: &ResourceQuota| q.spec.as_ref().and_then(|s| s.scope_selector.clone());
         match snapshot.resource_quotas.get(&key) {
             Some(existing)
                 if meta_up_to_date(&existing.metadata, &rq.metadata)
-                    && same_quantities(&hard(existing), &hard(rq)) => {}
+                    && same_quantities(&hard(existing), &hard(rq))
+                    && scope(existing) == scope(rq) => {}
+            // A quota's scope cannot change: replace it.
+            Some(existing) if scope(existing) != scope(rq) => {
+                out.push(Change::DeleteQuota(key.clone()));
+                out.push(Change::ApplyQuota(rq.clone()));
+            }
             _ => out.push(Change::ApplyQuota(rq.clone())),
         }
     }
@@ -80,7 +139,13 @@ pub fn changes(name: &str, plan: &Plan, snapshot: &Snapshot, names_workload: boo
             out.push(Change::DeleteQuota(key.clone()));
         }
     }
+    out.extend(stale_priority_classes);
     out
+}
+
+/// Workloads that carry this Bulkhead's placement annotation.
+fn placed_by(name: &str, snapshot: &Snapshot) -> Vec<(WorkloadKind, ObjectKey)> {
+    snapshot.workloads.iter().filter(|(_, w)| w.placed_by.contains_key(name)).map(|(k, _)| k.clone()).collect()
 }
 
 fn our_key(cm: &ConfigMap) -> Option<&String> {
@@ -176,5 +241,26 @@ pub fn teardown(name: &str, snapshot: &Snapshot) -> Vec<Change> {
         .iter()
         .filter(|(_, rq)| ours(&rq.metadata))
         .map(|(k, _)| Change::DeleteQuota(k.clone()));
-    config_maps.chain(quotas).collect()
+    let key = claim_key(name);
+    let nodes = snapshot
+        .nodes
+        .values()
+        .filter(|n| n.labels.label(&key).is_some() || n.taints.iter().any(|t| t.key == key))
+        .map(|n| {
+            Change::Node(NodeChange {
+                node: n.name.clone(),
+                resource_version: n.resource_version.clone(),
+                label_key: key.clone(),
+                class: None,
+                taints: super::merge_taints(&n.taints, &key, None),
+            })
+        });
+    let priority_classes = snapshot
+        .priority_classes
+        .iter()
+        .filter(|(_, pc)| ours(&pc.metadata))
+        .map(|(n, _)| Change::DeletePriorityClass(n.clone()));
+    // Workloads first: their new pods must not name a PriorityClass that is gone.
+    let withdrawals = placed_by(name, snapshot).into_iter().map(|(kind, key)| Change::WithdrawWorkload(kind, key));
+    withdrawals.chain(nodes).chain(config_maps).chain(quotas).chain(priority_classes).collect()
 }

@@ -5,18 +5,30 @@
 mod capacity;
 mod changes;
 mod errors;
+mod nodes;
+mod placement;
 mod pool_config;
+mod priority;
 mod quotas;
 mod selector;
 mod validate;
 mod workload;
 
-use k8s_openapi::api::core::v1::{ConfigMap, ResourceQuota};
+use k8s_openapi::api::{
+    core::v1::{ConfigMap, ResourceQuota},
+    scheduling::v1::PriorityClass,
+};
 use kube::ResourceExt;
 
 pub use changes::{changes, nano_units, teardown, Change};
 pub use capacity::{plan_capacity, CapacityPlan, ClassCapacity, Funding, Replicas};
 pub use errors::SpecError;
+pub use nodes::{claim_key, merge_taints, plan_node_groups, ClassNodes, NodeChange, NodeGroupPlan, CLAIM_EFFECT};
+pub use placement::{
+    desired_template, placement_annotation, placement_manager, plan_placement, withdrawal_body, AmbiguousWorkload,
+    PlacementPlan, WorkloadPlacement,
+};
+pub use priority::{class_priorities, places_workloads, priority_class_name, priority_classes, DEFAULT_PRIORITY};
 pub use pool_config::{config_map_name, PoolClass, PoolConfig, POOL_CONFIG_KEY};
 pub use quotas::{quota_name, QuotaCollision};
 pub use selector::Matcher;
@@ -44,6 +56,11 @@ pub struct Plan {
     pub config_withheld: Option<String>,
     pub quotas: Vec<ResourceQuota>,
     pub quota_collisions: Vec<QuotaCollision>,
+    /// Node claims of the classes with a node group.
+    pub node_groups: NodeGroupPlan,
+    /// Workload patches; None when no class asks for placement.
+    pub placement: Option<PlacementPlan>,
+    pub priority_classes: Vec<PriorityClass>,
 }
 
 impl Plan {
@@ -58,7 +75,11 @@ pub fn plan(bulkhead: &Bulkhead, snapshot: &Snapshot) -> Plan {
     let (capacity, ceiling_errors) = plan_capacity(&bulkhead.spec, workload.as_ref().map(|w| w.replicas));
     errors.extend(ceiling_errors);
 
-    let (mut quotas, quota_collisions) = quotas::plan_quotas(bulkhead, snapshot);
+    let places = places_workloads(&bulkhead.spec);
+    let (mut quotas, quota_collisions) = quotas::plan_quotas(bulkhead, snapshot, places);
+    let node_groups = plan_node_groups(bulkhead, snapshot);
+    let placement = places.then(|| plan_placement(bulkhead, snapshot));
+    let priority_classes = if places { priority_classes(bulkhead) } else { Vec::new() };
     let mut config_map = None;
     let mut pool_config = None;
     let mut config_withheld = None;
@@ -79,7 +100,19 @@ pub fn plan(bulkhead: &Bulkhead, snapshot: &Snapshot) -> Plan {
     if !errors.is_empty() {
         quotas.clear();
     }
-    Plan { errors, capacity, workload, config_map, pool_config, config_withheld, quotas, quota_collisions }
+    Plan {
+        errors,
+        capacity,
+        workload,
+        config_map,
+        pool_config,
+        config_withheld,
+        quotas,
+        quota_collisions,
+        node_groups,
+        placement,
+        priority_classes,
+    }
 }
 
 /// Labels on every child object: who manages it, which Bulkhead (and class) owns it.

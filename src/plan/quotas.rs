@@ -1,11 +1,13 @@
 //! Per-class ResourceQuotas, one in every namespace a class's
-//! namespaceSelector selects. A ResourceQuota bounds every pod of its
-//! namespace, so two classes' quotas in one namespace would each bound the
-//! other's pods too: such namespaces get no quota and are reported instead.
+//! namespaceSelector selects. An unscoped ResourceQuota bounds every pod of
+//! its namespace, so two classes' quotas in one namespace would each bound the
+//! other's pods too. When the Bulkhead places workloads, each class's pods
+//! carry its PriorityClass and each quota is scoped to it, so classes can
+//! share a namespace; otherwise such namespaces get no quota and are reported.
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{ResourceQuota, ResourceQuotaSpec};
+use k8s_openapi::api::core::v1::{ResourceQuota, ResourceQuotaSpec, ScopeSelector, ScopedResourceSelectorRequirement};
 use kube::{api::ObjectMeta, Resource, ResourceExt};
 
 use super::selector::Matcher;
@@ -25,8 +27,9 @@ pub fn quota_name(bulkhead: &str, class: &str) -> String {
     format!("bulkhead-{bulkhead}.{class}")
 }
 
-/// The quotas to write, and the namespaces withheld because classes collide there.
-pub fn plan_quotas(bulkhead: &Bulkhead, snapshot: &Snapshot) -> (Vec<ResourceQuota>, Vec<QuotaCollision>) {
+/// The quotas to write, and the namespaces withheld because classes collide
+/// there. `scoped`: each quota counts only pods of its class's PriorityClass.
+pub fn plan_quotas(bulkhead: &Bulkhead, snapshot: &Snapshot, scoped: bool) -> (Vec<ResourceQuota>, Vec<QuotaCollision>) {
     // namespace -> classes (with their quota) that select it
     let mut wanted: BTreeMap<&str, Vec<&crate::crd::ClassSpec>> = BTreeMap::new();
     for (i, class) in bulkhead.spec.classes.iter().enumerate() {
@@ -46,7 +49,7 @@ pub fn plan_quotas(bulkhead: &Bulkhead, snapshot: &Snapshot) -> (Vec<ResourceQuo
     let mut quotas = Vec::new();
     let mut collisions = Vec::new();
     for (namespace, classes) in wanted {
-        if classes.len() > 1 {
+        if classes.len() > 1 && !scoped {
             collisions.push(QuotaCollision {
                 namespace: namespace.to_string(),
                 classes: classes.iter().map(|c| c.name.clone()).collect(),
@@ -63,10 +66,24 @@ pub fn plan_quotas(bulkhead: &Bulkhead, snapshot: &Snapshot) -> (Vec<ResourceQuo
                     owner_references: bulkhead.controller_owner_ref(&()).map(|o| vec![o]),
                     ..ObjectMeta::default()
                 },
-                spec: Some(ResourceQuotaSpec { hard: Some(quota.hard.clone()), ..ResourceQuotaSpec::default() }),
+                spec: Some(ResourceQuotaSpec {
+                    hard: Some(quota.hard.clone()),
+                    scope_selector: scoped.then(|| priority_scope(&bulkhead.name_any(), &class.name)),
+                    ..ResourceQuotaSpec::default()
+                }),
                 ..ResourceQuota::default()
             });
         }
     }
     (quotas, collisions)
+}
+
+fn priority_scope(bulkhead: &str, class: &str) -> ScopeSelector {
+    ScopeSelector {
+        match_expressions: Some(vec![ScopedResourceSelectorRequirement {
+            scope_name: "PriorityClass".to_string(),
+            operator: "In".to_string(),
+            values: Some(vec![super::priority::priority_class_name(bulkhead, class)]),
+        }]),
+    }
 }

@@ -51,6 +51,10 @@ pub fn validate(bulkhead: &Bulkhead) -> Vec<SpecError> {
             errors.push(e);
         }
     }
+    let places = super::places_workloads(spec);
+    if places {
+        errors.extend(super::priority::validate_priorities(spec));
+    }
     let mut seen = BTreeSet::new();
     for (i, class) in spec.classes.iter().enumerate() {
         let field = |f: &str| format!("spec.classes[{i}].{f}");
@@ -69,6 +73,27 @@ pub fn validate(bulkhead: &Bulkhead) -> Vec<SpecError> {
                     errors.push(e);
                 }
             }
+        }
+        if places && class.pods.as_ref().is_some_and(|p| p.pod_selector.is_none()) {
+            errors.push(SpecError::new(
+                field("pods.podSelector"),
+                "is required when the Bulkhead places workloads: without it every workload of the selected \
+                 namespaces would be patched",
+            ));
+        }
+        if let Some(group) = &class.nodes {
+            if let Err(e) = Matcher::parse(Some(&group.selector), &field("nodes.selector")) {
+                errors.push(e);
+            }
+            if group.count == 0 {
+                errors.push(SpecError::new(field("nodes.count"), "must be at least 1"));
+            }
+        }
+        if class.anti_affinity.as_ref().is_some_and(|a| a.topology_key.trim().is_empty()) {
+            errors.push(SpecError::new(field("antiAffinity.topologyKey"), "must name a node label"));
+        }
+        if class.priority.is_some_and(|p| p.unsigned_abs() > super::priority::MAX_PRIORITY.unsigned_abs()) {
+            errors.push(SpecError::new(field("priority"), "must lie between -1000000000 and 1000000000"));
         }
         if class.quota.is_some() && class.pods.as_ref().and_then(|p| p.namespace_selector.as_ref()).is_none() {
             errors.push(SpecError::new(

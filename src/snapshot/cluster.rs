@@ -4,23 +4,39 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::{
-    core::v1::{Endpoints, Node, Pod, Service},
+    core::v1::{Endpoints, Node, Pod, Service, Taint},
     node::v1::RuntimeClass,
 };
 
 use super::{InternedLabels, Interner, Labels};
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct NodeInfo {
     pub name: String,
     pub labels: InternedLabels,
+    /// spec.taints, whole: the operator writes the list back with only its own changed.
+    pub taints: Vec<Taint>,
+    /// Ready, not cordoned and not being deleted: fit to be claimed or kept.
+    pub schedulable: bool,
+    /// Precondition for writing the taint list (it is replaced as a whole).
+    pub resource_version: Option<String>,
 }
 
 impl NodeInfo {
     pub fn from_node(node: &Node, interner: &mut Interner) -> Self {
+        let spec = node.spec.as_ref();
+        let ready = node
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+        let cordoned = spec.and_then(|s| s.unschedulable).unwrap_or(false);
         Self {
             name: node.metadata.name.clone().unwrap_or_default(),
             labels: interner.labels(node.metadata.labels.iter().flatten()),
+            taints: spec.and_then(|s| s.taints.clone()).unwrap_or_default(),
+            schedulable: ready && !cordoned && node.metadata.deletion_timestamp.is_none(),
+            resource_version: node.metadata.resource_version.clone(),
         }
     }
 }

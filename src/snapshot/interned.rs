@@ -33,6 +33,12 @@ impl Interner {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct InternedLabels(Box<[(Arc<str>, Arc<str>)]>);
 
+impl InternedLabels {
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> + '_ {
+        self.0.iter().map(|(k, v)| (&**k, &**v))
+    }
+}
+
 impl LabelLookup for InternedLabels {
     fn label(&self, key: &str) -> Option<&str> {
         self.0.binary_search_by(|(k, _)| (**k).cmp(key)).ok().map(|i| &*self.0[i].1)

@@ -5,8 +5,13 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::{
     apps::v1::{Deployment, StatefulSet},
     autoscaling::v1::HorizontalPodAutoscaler,
-    core::v1::Namespace,
+    core::v1::{Namespace, NodeAffinity, PodAntiAffinity, PodTemplateSpec, Toleration},
 };
+use kube::api::ObjectMeta;
+
+/// Annotation prefix marking a workload placed by a Bulkhead:
+/// `placement.bulkhead.dev/<bulkhead>: <fingerprint of what it applied>`.
+pub const PLACEMENT_ANNOTATION_PREFIX: &str = "placement.bulkhead.dev/";
 
 pub type Labels = BTreeMap<String, String>;
 
@@ -54,6 +59,43 @@ pub struct Workload {
     pub template_labels: Labels,
     /// Desired replicas (spec.replicas, default 1).
     pub replicas: u32,
+    pub generation: Option<i64>,
+    /// The pod-template fields placement sets, as they are now.
+    pub placement: TemplatePlacement,
+    /// Bulkheads that placed this workload, with the fingerprint of what each applied.
+    pub placed_by: BTreeMap<String, String>,
+}
+
+/// The pod-template fields that placement writes.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TemplatePlacement {
+    pub node_affinity: Option<NodeAffinity>,
+    pub pod_anti_affinity: Option<PodAntiAffinity>,
+    pub tolerations: Vec<Toleration>,
+    pub runtime_class_name: Option<String>,
+    pub priority_class_name: Option<String>,
+}
+
+impl TemplatePlacement {
+    fn of(template: Option<&PodTemplateSpec>) -> Self {
+        let Some(spec) = template.and_then(|t| t.spec.as_ref()) else { return Self::default() };
+        let affinity = spec.affinity.as_ref();
+        Self {
+            node_affinity: affinity.and_then(|a| a.node_affinity.clone()),
+            pod_anti_affinity: affinity.and_then(|a| a.pod_anti_affinity.clone()),
+            tolerations: spec.tolerations.clone().unwrap_or_default(),
+            runtime_class_name: spec.runtime_class_name.clone(),
+            priority_class_name: spec.priority_class_name.clone(),
+        }
+    }
+}
+
+fn placed_by(meta: &ObjectMeta) -> BTreeMap<String, String> {
+    meta.annotations
+        .iter()
+        .flatten()
+        .filter_map(|(k, v)| k.strip_prefix(PLACEMENT_ANNOTATION_PREFIX).map(|b| (b.to_string(), v.clone())))
+        .collect()
 }
 
 fn replicas(r: Option<i32>) -> u32 {
@@ -73,6 +115,9 @@ impl From<&Deployment> for Workload {
                 .and_then(|m| m.labels.clone())
                 .unwrap_or_default(),
             replicas: replicas(spec.and_then(|s| s.replicas)),
+            generation: d.metadata.generation,
+            placement: TemplatePlacement::of(spec.map(|s| &s.template)),
+            placed_by: placed_by(&d.metadata),
         }
     }
 }
@@ -89,6 +134,9 @@ impl From<&StatefulSet> for Workload {
                 .and_then(|m| m.labels.clone())
                 .unwrap_or_default(),
             replicas: replicas(spec.and_then(|s| s.replicas)),
+            generation: s.metadata.generation,
+            placement: TemplatePlacement::of(spec.map(|s| &s.template)),
+            placed_by: placed_by(&s.metadata),
         }
     }
 }

@@ -9,14 +9,19 @@ mod lean;
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{ConfigMap, ResourceQuota};
+use k8s_openapi::api::{
+    core::v1::{ConfigMap, ResourceQuota},
+    scheduling::v1::PriorityClass,
+};
 
 mod cluster;
 mod interned;
 
 pub use cluster::{normalise_host, EndpointsInfo, NodeInfo, PodInfo, RuntimeClassInfo, ServiceInfo};
 pub use interned::{InternedLabels, Interner, LabelLookup};
-pub use lean::{Autoscaler, Labels, NamespaceInfo, Workload, WorkloadKind};
+pub use lean::{
+    Autoscaler, Labels, NamespaceInfo, TemplatePlacement, Workload, WorkloadKind, PLACEMENT_ANNOTATION_PREFIX,
+};
 
 /// Namespace and name of a namespaced object.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -48,6 +53,8 @@ pub struct Snapshot {
     pub config_maps: BTreeMap<ObjectKey, ConfigMap>,
     /// ResourceQuotas the operator wrote (labelled managed-by bulkhead).
     pub resource_quotas: BTreeMap<ObjectKey, ResourceQuota>,
+    /// PriorityClasses the operator wrote (labelled managed-by bulkhead).
+    pub priority_classes: BTreeMap<String, PriorityClass>,
     /// What the layer audit reads.
     pub nodes: BTreeMap<String, NodeInfo>,
     /// Pods, ordered by namespace then name (a namespace is a contiguous range).

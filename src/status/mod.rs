@@ -3,8 +3,10 @@
 //! something changed.
 
 mod conditions;
+mod placement;
 
 pub use conditions::{merge_conditions, DesiredCondition, Status};
+pub use placement::{NODE_GROUPS_READY, PLACED};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -24,7 +26,9 @@ pub use crate::audit::ISOLATED;
 /// What happened when the plan was applied.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ApplyOutcome {
-    Applied { config_maps: usize, quotas: usize },
+    /// `conflicts`: workloads left alone because another manager owns a field
+    /// placement sets, each with the API server's account of it.
+    Applied { config_maps: usize, quotas: usize, conflicts: Vec<String> },
     /// Offline, or a spec error stopped it.
     NotApplied,
     Failed(String),
@@ -79,7 +83,9 @@ pub fn build_status(
 }
 
 fn desired_conditions(plan: &Plan, outcome: &ApplyOutcome) -> Vec<DesiredCondition> {
-    vec![ready(plan, outcome), funded(plan), control_plane_lane(plan), quotas_scoped(plan)]
+    let mut conditions = vec![ready(plan, outcome), funded(plan), control_plane_lane(plan), quotas_scoped(plan)];
+    conditions.extend(placement::placement_conditions(plan, outcome));
+    conditions
 }
 
 fn ready(plan: &Plan, outcome: &ApplyOutcome) -> DesiredCondition {
@@ -116,7 +122,7 @@ fn ready(plan: &Plan, outcome: &ApplyOutcome) -> DesiredCondition {
         }
     }
     let message = match outcome {
-        ApplyOutcome::Applied { config_maps, quotas } => {
+        ApplyOutcome::Applied { config_maps, quotas, .. } => {
             format!("{config_maps} pool config(s) and {quotas} quota(s) are up to date")
         }
         _ => format!(
@@ -165,6 +171,14 @@ fn control_plane_lane(plan: &Plan) -> DesiredCondition {
 }
 
 fn quotas_scoped(plan: &Plan) -> DesiredCondition {
+    if plan.placement.is_some() {
+        return DesiredCondition::new(
+            QUOTAS_SCOPED,
+            Status::True,
+            "QuotasScoped",
+            format!("{} quota(s), each scoped to its class's PriorityClass", plan.quotas.len()),
+        );
+    }
     if plan.quota_collisions.is_empty() {
         return DesiredCondition::new(
             QUOTAS_SCOPED,
@@ -185,7 +199,8 @@ fn quotas_scoped(plan: &Plan) -> DesiredCondition {
         "QuotaNamespaceShared",
         format!(
             "{detail}: a ResourceQuota bounds every pod of its namespace, so each would also bound the other \
-             classes; no quota was written there"
+             classes; no quota was written there. Give a class a priority (or any placement field) and the \
+             quotas are scoped by PriorityClass instead"
         ),
     )
 }

@@ -1,0 +1,236 @@
+//! Node groups: which nodes each class holds. Claims live on the nodes
+//! themselves (label `bulkhead.dev/<bulkhead>=<class>` plus a NoSchedule taint
+//! with the same key), so they survive restarts and the choice is stable:
+//! a claim is kept while its node is fit, a lost or unfit node is replaced,
+//! and a node held by another class or Bulkhead is never taken.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::Taint;
+use kube::ResourceExt;
+
+use super::selector::Matcher;
+use crate::{
+    crd::{Bulkhead, NodeGroupSpec},
+    snapshot::{LabelLookup, NodeInfo, Snapshot},
+};
+
+/// Prefix of every claim key; what follows is the Bulkhead's name.
+pub const CLAIM_PREFIX: &str = "bulkhead.dev/";
+pub const CLAIM_EFFECT: &str = "NoSchedule";
+
+/// The node label and taint key of a Bulkhead's claims.
+pub fn claim_key(bulkhead: &str) -> String {
+    format!("{CLAIM_PREFIX}{bulkhead}")
+}
+
+/// The nodes one class holds after this plan.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClassNodes {
+    pub class: String,
+    pub wanted: u32,
+    pub nodes: Vec<String>,
+    /// Why fewer than `wanted` could be held, when they could not.
+    pub shortfall: Option<String>,
+}
+
+/// A write to one node: its claim label and our taint set (Some) or removed (None).
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeChange {
+    pub node: String,
+    /// The node's resourceVersion when planned: the write is refused if it moved.
+    pub resource_version: Option<String>,
+    pub label_key: String,
+    pub class: Option<String>,
+    /// The whole taint list to write: others' taints unchanged, ours added or removed.
+    pub taints: Vec<Taint>,
+}
+
+impl std::fmt::Display for NodeChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.class {
+            Some(class) => write!(f, "claim Node {} for class {class} (label and taint {}={class}:{CLAIM_EFFECT})", self.node, self.label_key),
+            None => write!(f, "release Node {} (remove label and taint {})", self.node, self.label_key),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodeGroupPlan {
+    /// Classes with a node group, in spec order.
+    pub classes: Vec<ClassNodes>,
+    pub changes: Vec<NodeChange>,
+}
+
+impl NodeGroupPlan {
+    pub fn shortfalls(&self) -> impl Iterator<Item = &str> {
+        self.classes.iter().filter_map(|c| c.shortfall.as_deref())
+    }
+}
+
+/// The taint list with every taint under `key` replaced by `ours` (or removed);
+/// the taints of kubelets, controllers and admins keep their place and value.
+pub fn merge_taints(existing: &[Taint], key: &str, ours: Option<Taint>) -> Vec<Taint> {
+    let mut out: Vec<Taint> = existing.iter().filter(|t| t.key != key).cloned().collect();
+    out.extend(ours);
+    out
+}
+
+fn our_taint(key: &str, class: &str) -> Taint {
+    Taint { key: key.to_string(), value: Some(class.to_string()), effect: CLAIM_EFFECT.to_string(), time_added: None }
+}
+
+/// The Bulkhead another node's claim belongs to, if any.
+fn claimed_by(node: &NodeInfo) -> Option<&str> {
+    node.labels.iter().find_map(|(k, _)| k.strip_prefix(CLAIM_PREFIX))
+}
+
+/// Taints that keep pods off which the operator did not put there.
+fn foreign_repelling_taint<'a>(node: &'a NodeInfo, key: &str) -> Option<&'a Taint> {
+    node.taints.iter().find(|t| t.key != key && matches!(t.effect.as_str(), "NoSchedule" | "NoExecute"))
+}
+
+pub fn plan_node_groups(bulkhead: &Bulkhead, snapshot: &Snapshot) -> NodeGroupPlan {
+    let name = bulkhead.name_any();
+    let key = claim_key(&name);
+    let groups: Vec<(usize, &str, &NodeGroupSpec, Option<Matcher>)> = bulkhead
+        .spec
+        .classes
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| {
+            let g = c.nodes.as_ref()?;
+            let matcher = Matcher::parse(Some(&g.selector), &format!("spec.classes[{i}].nodes.selector")).ok();
+            Some((i, c.name.as_str(), g, matcher))
+        })
+        .collect();
+    let fits = |node: &NodeInfo, matcher: &Option<Matcher>| {
+        node.schedulable
+            && matcher.as_ref().is_some_and(|m| m.matches(&node.labels))
+            && foreign_repelling_taint(node, &key).is_none()
+    };
+
+    // Keep every claim that is still fit, up to the count.
+    let mut held: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut kept: Vec<Vec<&str>> = Vec::new();
+    for (_, class, group, matcher) in &groups {
+        let mine: Vec<&str> = snapshot
+            .nodes
+            .values()
+            .filter(|n| n.labels.label(&key) == Some(*class) && fits(n, matcher))
+            .map(|n| n.name.as_str())
+            .take(group.count as usize)
+            .collect();
+        for n in &mine {
+            held.insert(n, class);
+        }
+        kept.push(mine);
+    }
+    // Then claim free nodes, in name order, for what is missing.
+    let mut classes = Vec::new();
+    for ((i, class, group, matcher), mut nodes) in groups.iter().zip(kept) {
+        let mut skipped = Skipped::default();
+        for node in snapshot.nodes.values() {
+            if nodes.len() >= group.count as usize {
+                break;
+            }
+            if !matcher.as_ref().is_some_and(|m| m.matches(&node.labels)) {
+                continue;
+            }
+            if let Some(holder) = held.get(node.name.as_str()) {
+                if holder != class {
+                    skipped.other_classes.insert(holder.to_string());
+                }
+                continue;
+            }
+            if let Some(other) = claimed_by(node).filter(|b| *b != name) {
+                skipped.other_bulkheads.insert(other.to_string());
+            } else if node.labels.label(&key).is_some() {
+                // Ours but unfit, or held for a class that is gone: released below, not reused at once.
+                skipped.unfit.insert(node.name.clone());
+            } else if !node.schedulable {
+                skipped.unfit.insert(node.name.clone());
+            } else if let Some(t) = foreign_repelling_taint(node, &key) {
+                skipped.tainted.insert(format!("{} ({}:{})", node.name, t.key, t.effect));
+            } else {
+                held.insert(node.name.as_str(), class);
+                nodes.push(node.name.as_str());
+            }
+        }
+        nodes.sort_unstable();
+        let shortfall = (nodes.len() < group.count as usize).then(|| skipped.describe(class, *i, group.count, &nodes));
+        classes.push(ClassNodes {
+            class: class.to_string(),
+            wanted: group.count,
+            nodes: nodes.iter().map(|n| n.to_string()).collect(),
+            shortfall,
+        });
+    }
+
+    let changes = snapshot
+        .nodes
+        .values()
+        .filter_map(|node| node_change(node, &key, held.get(node.name.as_str()).copied()))
+        .collect();
+    NodeGroupPlan { classes, changes }
+}
+
+/// The write that gives `node` the claim `class` (or none), if it lacks it.
+fn node_change(node: &NodeInfo, key: &str, class: Option<&str>) -> Option<NodeChange> {
+    let label = node.labels.label(key);
+    let taints: Vec<&Taint> = node.taints.iter().filter(|t| t.key == key).collect();
+    let desired_taint = class.map(|c| our_taint(key, c));
+    let taint_ok = match &desired_taint {
+        Some(want) => {
+            taints.len() == 1 && taints[0].value == want.value && taints[0].effect == want.effect
+        }
+        None => taints.is_empty(),
+    };
+    if label == class && taint_ok {
+        return None;
+    }
+    Some(NodeChange {
+        node: node.name.clone(),
+        resource_version: node.resource_version.clone(),
+        label_key: key.to_string(),
+        class: class.map(str::to_string),
+        taints: merge_taints(&node.taints, key, desired_taint),
+    })
+}
+
+/// Why candidate nodes were passed over, for the shortfall message.
+#[derive(Default)]
+struct Skipped {
+    other_classes: BTreeSet<String>,
+    other_bulkheads: BTreeSet<String>,
+    unfit: BTreeSet<String>,
+    tainted: BTreeSet<String>,
+}
+
+impl Skipped {
+    fn describe(&self, class: &str, index: usize, wanted: u32, nodes: &[&str]) -> String {
+        let mut why = Vec::new();
+        if !self.other_classes.is_empty() {
+            why.push(format!("held by class {}", join(&self.other_classes)));
+        }
+        if !self.other_bulkheads.is_empty() {
+            why.push(format!("held by Bulkhead {}", join(&self.other_bulkheads)));
+        }
+        if !self.unfit.is_empty() {
+            why.push(format!("not Ready, cordoned or being released: {}", join(&self.unfit)));
+        }
+        if !self.tainted.is_empty() {
+            why.push(format!("tainted by others: {}", join(&self.tainted)));
+        }
+        let held = if nodes.is_empty() { "none".to_string() } else { nodes.join(", ") };
+        let passed = if why.is_empty() { "no other node matches".to_string() } else { format!("other matching nodes are {}", why.join("; ")) };
+        format!(
+            "class {class} holds {} of {wanted} node(s) ({held}); {passed} (spec.classes[{index}].nodes.selector)",
+            nodes.len()
+        )
+    }
+}
+
+fn join(set: &BTreeSet<String>) -> String {
+    set.iter().cloned().collect::<Vec<_>>().join(", ")
+}

@@ -1,0 +1,308 @@
+//! Workload placement: for each Deployment and StatefulSet whose pod template
+//! a class's selectors match, the pod-template fields that keep the class on
+//! its own nodes and away from the others. The operator server-side applies
+//! them under a field manager of its own, without force, and only when the
+//! workload lacks them: a workload that already carries them is not touched,
+//! so there is no rollout loop.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::{
+    api::core::v1::{
+        NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, PodAffinityTerm, PodAntiAffinity,
+        PreferredSchedulingTerm, Toleration,
+    },
+    apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement},
+};
+use kube::ResourceExt;
+use serde_json::{json, Value};
+
+use super::{
+    nodes::{claim_key, CLAIM_EFFECT},
+    priority::priority_class_name,
+    selector::Matcher,
+};
+use crate::{
+    crd::{Bulkhead, ClassSpec},
+    snapshot::{ObjectKey, Snapshot, TemplatePlacement, Workload, WorkloadKind, PLACEMENT_ANNOTATION_PREFIX},
+};
+
+/// Field manager of a Bulkhead's workload patches: one per Bulkhead, so two
+/// Bulkheads never silently overwrite each other's fields.
+pub fn placement_manager(bulkhead: &str) -> String {
+    format!("bulkhead-placement-{bulkhead}")
+}
+
+pub fn placement_annotation(bulkhead: &str) -> String {
+    format!("{PLACEMENT_ANNOTATION_PREFIX}{bulkhead}")
+}
+
+/// What one workload's pod template should carry for its class.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WorkloadPlacement {
+    pub kind: WorkloadKind,
+    pub key: ObjectKey,
+    pub class: String,
+    pub generation: Option<i64>,
+    /// Fingerprint of `body`, recorded on the workload in an annotation.
+    pub fingerprint: String,
+    /// The server-side apply body: only the fields placement owns.
+    pub body: Value,
+    /// The workload carries all of it already.
+    pub up_to_date: bool,
+}
+
+impl WorkloadPlacement {
+    pub fn describe(&self) -> String {
+        format!("{} {}", self.kind.as_str(), self.key)
+    }
+}
+
+/// A workload two classes' selectors both match: it is left alone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AmbiguousWorkload {
+    pub workload: String,
+    pub classes: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PlacementPlan {
+    pub workloads: Vec<WorkloadPlacement>,
+    pub ambiguous: Vec<AmbiguousWorkload>,
+    /// Workloads this Bulkhead placed that no class selects any more.
+    pub withdrawals: Vec<(WorkloadKind, ObjectKey)>,
+}
+
+pub fn plan_placement(bulkhead: &Bulkhead, snapshot: &Snapshot) -> PlacementPlan {
+    let name = bulkhead.name_any();
+    let key = claim_key(&name);
+    let classes = &bulkhead.spec.classes;
+    let matchers: Vec<Option<(Matcher, Matcher)>> = classes
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let pods = c.pods.as_ref()?;
+            // A class without a podSelector would place every workload of its namespaces: validate refuses it.
+            pods.pod_selector.as_ref()?;
+            let field = |f: &str| format!("spec.classes[{i}].pods.{f}");
+            let ns = Matcher::parse(pods.namespace_selector.as_ref(), &field("namespaceSelector")).ok()?;
+            let pod = Matcher::parse(pods.pod_selector.as_ref(), &field("podSelector")).ok()?;
+            Some((ns, pod))
+        })
+        .collect();
+
+    // Which class each workload belongs to.
+    let mut assigned: Vec<(&Workload, usize)> = Vec::new();
+    let mut ambiguous = Vec::new();
+    for workload in snapshot.workloads.values() {
+        let Some(ns) = snapshot.namespaces.get(&workload.namespace) else { continue };
+        let mut matching = matchers.iter().enumerate().filter(|(_, m)| {
+            m.as_ref().is_some_and(|(nsm, podm)| nsm.matches(&ns.labels) && podm.matches(&without_ours(&workload.template_labels, &key)))
+        });
+        let Some((first, _)) = matching.next() else { continue };
+        let others: Vec<usize> = matching.map(|(i, _)| i).collect();
+        if others.is_empty() {
+            assigned.push((workload, first));
+        } else {
+            ambiguous.push(AmbiguousWorkload {
+                workload: format!("{} {}/{}", workload.kind.as_str(), workload.namespace, workload.name),
+                classes: std::iter::once(first).chain(others).map(|i| classes[i].name.clone()).collect(),
+            });
+        }
+    }
+    // Anti-affinity terms look for the other classes' pods in every namespace the Bulkhead places pods in.
+    let namespaces: Vec<String> =
+        assigned.iter().map(|(w, _)| w.namespace.clone()).collect::<BTreeSet<_>>().into_iter().collect();
+    let groups_exist = classes.iter().any(|c| c.nodes.is_some());
+
+    let mut workloads = Vec::new();
+    for (workload, i) in &assigned {
+        let class = &classes[*i];
+        let desired = desired_template(&name, &key, class, groups_exist, &namespaces);
+        let body = apply_body(workload, &key, &class.name, &desired);
+        let fingerprint = fingerprint(&body);
+        let body = with_annotation(body, &placement_annotation(&name), &fingerprint);
+        let up_to_date = workload.template_labels.get(&key) == Some(&class.name)
+            && workload.placed_by.get(&name) == Some(&fingerprint)
+            && carries(&workload.placement, &desired);
+        workloads.push(WorkloadPlacement {
+            kind: workload.kind,
+            key: ObjectKey::new(&workload.namespace, &workload.name),
+            class: class.name.clone(),
+            generation: workload.generation,
+            fingerprint,
+            body,
+            up_to_date,
+        });
+    }
+    let ambiguous_keys: BTreeSet<String> = ambiguous.iter().map(|a| a.workload.clone()).collect();
+    let withdrawals = snapshot
+        .workloads
+        .iter()
+        .filter(|(_, w)| w.placed_by.contains_key(&name))
+        .filter(|((kind, key), _)| {
+            !workloads.iter().any(|p| p.kind == *kind && p.key == *key)
+                || ambiguous_keys.contains(&format!("{} {key}", kind.as_str()))
+        })
+        .map(|(k, _)| k.clone())
+        .collect();
+    PlacementPlan { workloads, ambiguous, withdrawals }
+}
+
+/// Template labels without the class label placement added, so that a class
+/// selector cannot match (or stop matching) because of it.
+fn without_ours(labels: &BTreeMap<String, String>, key: &str) -> BTreeMap<String, String> {
+    let mut labels = labels.clone();
+    labels.remove(key);
+    labels
+}
+
+/// The template fields a class's pods get.
+pub fn desired_template(
+    bulkhead: &str,
+    key: &str,
+    class: &ClassSpec,
+    groups_exist: bool,
+    namespaces: &[String],
+) -> TemplatePlacement {
+    let requirement = |operator: &str, values: Option<Vec<String>>| NodeSelectorRequirement {
+        key: key.to_string(),
+        operator: operator.to_string(),
+        values,
+    };
+    let (node_affinity, tolerations) = if class.nodes.is_some() {
+        let required = NodeSelector {
+            node_selector_terms: vec![NodeSelectorTerm {
+                match_expressions: Some(vec![requirement("In", Some(vec![class.name.clone()]))]),
+                match_fields: None,
+            }],
+        };
+        let toleration = Toleration {
+            key: Some(key.to_string()),
+            operator: Some("Equal".to_string()),
+            value: Some(class.name.clone()),
+            effect: Some(CLAIM_EFFECT.to_string()),
+            toleration_seconds: None,
+        };
+        (
+            Some(NodeAffinity { required_during_scheduling_ignored_during_execution: Some(required), ..Default::default() }),
+            vec![toleration],
+        )
+    } else if class.critical && groups_exist {
+        // The control-plane lane may use every group's nodes when it must,
+        // but prefers nodes no class holds.
+        let preferred = PreferredSchedulingTerm {
+            weight: 100,
+            preference: NodeSelectorTerm {
+                match_expressions: Some(vec![requirement("DoesNotExist", None)]),
+                match_fields: None,
+            },
+        };
+        let toleration = Toleration {
+            key: Some(key.to_string()),
+            operator: Some("Exists".to_string()),
+            value: None,
+            effect: Some(CLAIM_EFFECT.to_string()),
+            toleration_seconds: None,
+        };
+        (
+            Some(NodeAffinity {
+                preferred_during_scheduling_ignored_during_execution: Some(vec![preferred]),
+                ..Default::default()
+            }),
+            vec![toleration],
+        )
+    } else {
+        (None, Vec::new())
+    };
+    let pod_anti_affinity = class.anti_affinity.as_ref().map(|a| PodAntiAffinity {
+        required_during_scheduling_ignored_during_execution: Some(vec![PodAffinityTerm {
+            label_selector: Some(LabelSelector {
+                match_expressions: Some(vec![
+                    LabelSelectorRequirement { key: key.to_string(), operator: "Exists".to_string(), values: None },
+                    LabelSelectorRequirement {
+                        key: key.to_string(),
+                        operator: "NotIn".to_string(),
+                        values: Some(vec![class.name.clone()]),
+                    },
+                ]),
+                match_labels: None,
+            }),
+            namespaces: Some(namespaces.to_vec()),
+            topology_key: a.topology_key.clone(),
+            ..Default::default()
+        }]),
+        ..Default::default()
+    });
+    TemplatePlacement {
+        node_affinity,
+        pod_anti_affinity,
+        tolerations,
+        runtime_class_name: class.runtime_class_name.clone(),
+        priority_class_name: Some(priority_class_name(bulkhead, &class.name)),
+    }
+}
+
+/// Whether the template already carries every field placement sets.
+fn carries(current: &TemplatePlacement, desired: &TemplatePlacement) -> bool {
+    (desired.node_affinity.is_none() || current.node_affinity == desired.node_affinity)
+        && (desired.pod_anti_affinity.is_none() || current.pod_anti_affinity == desired.pod_anti_affinity)
+        && (desired.tolerations.is_empty() || current.tolerations == desired.tolerations)
+        && (desired.runtime_class_name.is_none() || current.runtime_class_name == desired.runtime_class_name)
+        && current.priority_class_name == desired.priority_class_name
+}
+
+/// A server-side apply body with only placement's fields: whatever it omits
+/// that the manager applied before is withdrawn by the API server.
+fn apply_body(workload: &Workload, key: &str, class: &str, desired: &TemplatePlacement) -> Value {
+    let mut spec = serde_json::Map::new();
+    let mut affinity = serde_json::Map::new();
+    if let Some(n) = &desired.node_affinity {
+        affinity.insert("nodeAffinity".into(), json!(n));
+    }
+    if let Some(p) = &desired.pod_anti_affinity {
+        affinity.insert("podAntiAffinity".into(), json!(p));
+    }
+    if !affinity.is_empty() {
+        spec.insert("affinity".into(), Value::Object(affinity));
+    }
+    if !desired.tolerations.is_empty() {
+        spec.insert("tolerations".into(), json!(desired.tolerations));
+    }
+    if let Some(rc) = &desired.runtime_class_name {
+        spec.insert("runtimeClassName".into(), json!(rc));
+    }
+    if let Some(pc) = &desired.priority_class_name {
+        spec.insert("priorityClassName".into(), json!(pc));
+    }
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": workload.kind.as_str(),
+        "metadata": {"name": workload.name, "namespace": workload.namespace},
+        "spec": {"template": {"metadata": {"labels": {key: class}}, "spec": spec}},
+    })
+}
+
+/// The empty apply that withdraws everything a manager applied to a workload.
+pub fn withdrawal_body(kind: WorkloadKind, key: &ObjectKey) -> Value {
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": kind.as_str(),
+        "metadata": {"name": key.name, "namespace": key.namespace},
+    })
+}
+
+fn with_annotation(mut body: Value, annotation: &str, fingerprint: &str) -> Value {
+    body["metadata"]["annotations"] = json!({annotation: fingerprint});
+    body
+}
+
+/// FNV-1a of the body's JSON: stable across builds and platforms, unlike std's hasher.
+fn fingerprint(body: &Value) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in body.to_string().bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}

@@ -1,0 +1,61 @@
+//! Conditions of placement, present only when a class asks for it:
+//! NodeGroupsReady (every group holds its count of nodes) and Placed (every
+//! class workload carries its placement, none is contested).
+
+use super::{ApplyOutcome, DesiredCondition, Status};
+use crate::plan::Plan;
+
+pub const NODE_GROUPS_READY: &str = "NodeGroupsReady";
+pub const PLACED: &str = "Placed";
+
+pub fn placement_conditions(plan: &Plan, outcome: &ApplyOutcome) -> Vec<DesiredCondition> {
+    let Some(placement) = &plan.placement else { return Vec::new() };
+    let mut out = Vec::new();
+
+    let groups = &plan.node_groups.classes;
+    let shortfalls: Vec<&str> = plan.node_groups.shortfalls().collect();
+    out.push(if groups.is_empty() {
+        DesiredCondition::new(NODE_GROUPS_READY, Status::True, "NoNodeGroups", "no class asks for a node group")
+    } else if shortfalls.is_empty() {
+        let held = groups.iter().map(|g| format!("{}: {}", g.class, g.nodes.join(", "))).collect::<Vec<_>>().join("; ");
+        DesiredCondition::new(NODE_GROUPS_READY, Status::True, "NodesClaimed", held)
+    } else {
+        DesiredCondition::new(NODE_GROUPS_READY, Status::False, "InsufficientNodes", shortfalls.join("; "))
+    });
+
+    let conflicts: &[String] = match outcome {
+        ApplyOutcome::Applied { conflicts, .. } => conflicts,
+        _ => &[],
+    };
+    out.push(if !conflicts.is_empty() {
+        DesiredCondition::new(
+            PLACED,
+            Status::False,
+            "PlacementConflict",
+            format!(
+                "left alone, another field manager owns what placement would set: {}",
+                conflicts.join("; ")
+            ),
+        )
+    } else if !placement.ambiguous.is_empty() {
+        let detail = placement
+            .ambiguous
+            .iter()
+            .map(|a| format!("{} matches classes {}", a.workload, a.classes.join(" and ")))
+            .collect::<Vec<_>>()
+            .join("; ");
+        DesiredCondition::new(PLACED, Status::False, "WorkloadInTwoClasses", format!("left alone: {detail}"))
+    } else if placement.workloads.is_empty() {
+        DesiredCondition::new(PLACED, Status::True, "NoWorkloads", "no Deployment or StatefulSet matches a class's pods selectors")
+    } else {
+        let placed = placement
+            .workloads
+            .iter()
+            .map(|w| format!("{} ({})", w.describe(), w.class))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let verb = if matches!(outcome, ApplyOutcome::Applied { .. }) { "placed" } else { "to place" };
+        DesiredCondition::new(PLACED, Status::True, "WorkloadsPlaced", format!("{} workload(s) {verb}: {placed}", placement.workloads.len()))
+    });
+    out
+}
