@@ -121,7 +121,7 @@ fn snapshot(nodes: usize) -> Snapshot {
             ("topology.kubernetes.io/zone".to_string(), format!("zone-{}", n % 3)),
         ];
         let labels = s.interner.labels(labels.iter().map(|(k, v)| (k, v)));
-        s.nodes.insert(format!("node-{n}"), NodeInfo { name: format!("node-{n}"), labels });
+        s.nodes.insert(format!("node-{n}"), NodeInfo { name: format!("node-{n}"), labels, taints: Vec::new(), schedulable: true, resource_version: None });
     }
     for p in 0..nodes * PODS_PER_NODE {
         let ns = p % NAMESPACES;

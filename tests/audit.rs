@@ -35,7 +35,7 @@ impl Cluster {
     fn node(&mut self, name: &str, labels: &[(&str, &str)]) -> &mut Self {
         let labels: Vec<(String, String)> = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         let labels = self.0.interner.labels(labels.iter().map(|(k, v)| (k, v)));
-        self.0.nodes.insert(name.into(), NodeInfo { name: name.into(), labels });
+        self.0.nodes.insert(name.into(), NodeInfo { name: name.into(), labels, taints: Vec::new(), schedulable: true, resource_version: None });
         self
     }
     fn pod(&mut self, name: &str, app: &str, node: Option<&str>, runtime_class: Option<&str>, ip: Option<&str>) -> &mut Self {

@@ -41,6 +41,9 @@ fn workload(ns: &str, name: &str, app: &str, replicas: u32) -> Workload {
         name: name.into(),
         template_labels: [("app".to_string(), app.to_string())].into(),
         replicas,
+        generation: Some(1),
+        placement: Default::default(),
+        placed_by: Default::default(),
     }
 }
 

@@ -155,23 +155,60 @@ async fn place(client: &Client, bulkhead: &str, p: &WorkloadPlacement) -> Result
 /// An empty apply under the placement manager: the API server removes every
 /// field that manager applied and nobody else owns, and nothing more.
 async fn withdraw(client: &Client, bulkhead: &str, kind: WorkloadKind, key: &ObjectKey) -> Result<(), Error> {
-    let params = PatchParams::apply(&placement_manager(bulkhead));
-    let body = withdrawal_body(kind, key);
-    let result = match kind {
-        WorkloadKind::Deployment => Api::<Deployment>::namespaced(client.clone(), &key.namespace)
-            .patch(&key.name, &params, &Patch::Apply(&body))
-            .await
-            .map(drop),
-        WorkloadKind::StatefulSet => Api::<StatefulSet>::namespaced(client.clone(), &key.namespace)
-            .patch(&key.name, &params, &Patch::Apply(&body))
-            .await
-            .map(drop),
-    };
-    match result {
-        Ok(()) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
+    match kind {
+        WorkloadKind::Deployment => {
+            withdraw_from(Api::<Deployment>::namespaced(client.clone(), &key.namespace), bulkhead, kind, key).await
+        }
+        WorkloadKind::StatefulSet => {
+            withdraw_from(Api::<StatefulSet>::namespaced(client.clone(), &key.namespace), bulkhead, kind, key).await
+        }
     }
+}
+
+async fn withdraw_from<K>(api: Api<K>, bulkhead: &str, kind: WorkloadKind, key: &ObjectKey) -> Result<(), Error>
+where
+    K: Clone + DeserializeOwned + Serialize + std::fmt::Debug,
+{
+    let params = PatchParams::apply(&placement_manager(bulkhead));
+    let after = match api.patch(&key.name, &params, &Patch::Apply(&withdrawal_body(kind, key))).await {
+        Ok(after) => after,
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    // The API server can leave the emptied parents behind (`affinity:
+    // {nodeAffinity: {}}`), which would keep the template from being exactly
+    // what it was. Remove them, only if still empty (resourceVersion precondition).
+    let after = serde_json::to_value(&after).map_err(|source| Error::Serialize { what: "a workload", source })?;
+    if let Some(cleanup) = empty_affinity_cleanup(&after) {
+        match api.patch(&key.name, &PatchParams::default(), &Patch::Merge(&cleanup)).await {
+            Ok(_) => {}
+            // Someone changed it meanwhile: the empty parent is harmless; leave it.
+            Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// A merge patch removing the empty affinity parents placement may leave behind.
+fn empty_affinity_cleanup(workload: &Value) -> Option<Value> {
+    const PLACEMENT_PARTS: [&str; 2] = ["nodeAffinity", "podAntiAffinity"];
+    let affinity = workload.pointer("/spec/template/spec/affinity")?.as_object()?;
+    let empty = |v: &Value| v.as_object().is_some_and(serde_json::Map::is_empty);
+    let removable: Vec<&str> =
+        PLACEMENT_PARTS.into_iter().filter(|p| affinity.get(*p).is_some_and(empty)).collect();
+    let all_gone = affinity.keys().all(|k| removable.contains(&k.as_str()));
+    let replacement = if all_gone {
+        Value::Null
+    } else if removable.is_empty() {
+        return None;
+    } else {
+        Value::Object(removable.iter().map(|p| (p.to_string(), Value::Null)).collect())
+    };
+    Some(json!({
+        "metadata": {"resourceVersion": workload.pointer("/metadata/resourceVersion")},
+        "spec": {"template": {"spec": {"affinity": replacement}}},
+    }))
 }
 
 fn names(meta: &kube::api::ObjectMeta) -> Result<(&str, &str), Error> {
@@ -210,5 +247,27 @@ where
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
         Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::empty_affinity_cleanup;
+    use serde_json::json;
+
+    fn workload(affinity: serde_json::Value) -> serde_json::Value {
+        json!({"metadata": {"resourceVersion": "7"}, "spec": {"template": {"spec": {"affinity": affinity}}}})
+    }
+
+    #[test]
+    fn emptied_affinity_parents_are_removed_under_a_precondition() {
+        let all = empty_affinity_cleanup(&workload(json!({"nodeAffinity": {}, "podAntiAffinity": {}}))).expect("cleanup");
+        assert_eq!(all, json!({"metadata": {"resourceVersion": "7"}, "spec": {"template": {"spec": {"affinity": null}}}}));
+        // Someone else's podAffinity stays; only our emptied part goes.
+        let part = empty_affinity_cleanup(&workload(json!({"nodeAffinity": {}, "podAffinity": {"x": 1}}))).expect("cleanup");
+        assert_eq!(part["spec"]["template"]["spec"]["affinity"], json!({"nodeAffinity": null}));
+        // Nothing empty, nothing to do.
+        assert_eq!(empty_affinity_cleanup(&workload(json!({"nodeAffinity": {"a": 1}}))), None);
+        assert_eq!(empty_affinity_cleanup(&json!({"spec": {"template": {"spec": {}}}})), None);
     }
 }

@@ -80,9 +80,14 @@ fn our_taint(key: &str, class: &str) -> Taint {
     Taint { key: key.to_string(), value: Some(class.to_string()), effect: CLAIM_EFFECT.to_string(), time_added: None }
 }
 
-/// The Bulkhead another node's claim belongs to, if any.
+/// The Bulkhead a node's claim belongs to, if any. A claim is a label and a
+/// taint under the same `bulkhead.dev/<bulkhead>` key (written together), so
+/// an unrelated label under the prefix is not mistaken for one.
 fn claimed_by(node: &NodeInfo) -> Option<&str> {
-    node.labels.iter().find_map(|(k, _)| k.strip_prefix(CLAIM_PREFIX))
+    node.labels
+        .iter()
+        .filter(|(k, _)| node.taints.iter().any(|t| t.key == *k))
+        .find_map(|(k, _)| k.strip_prefix(CLAIM_PREFIX))
 }
 
 /// Taints that keep pods off which the operator did not put there.
@@ -126,11 +131,16 @@ pub fn plan_node_groups(bulkhead: &Bulkhead, snapshot: &Snapshot) -> NodeGroupPl
         }
         kept.push(mine);
     }
-    // Then claim free nodes, in name order, for what is missing.
+    // Then claim free nodes for what is missing: first those that run no pod
+    // of another class (a taint keeps new pods off, it does not evict), then
+    // by name.
+    let classes_on = placed_classes_by_node(snapshot, &key);
     let mut classes = Vec::new();
     for ((i, class, group, matcher), mut nodes) in groups.iter().zip(kept) {
         let mut skipped = Skipped::default();
-        for node in snapshot.nodes.values() {
+        let mut candidates: Vec<&NodeInfo> = snapshot.nodes.values().collect();
+        candidates.sort_by_key(|n| classes_on.get(n.name.as_str()).is_some_and(|cs| cs.iter().any(|c| c != class)));
+        for node in candidates {
             if nodes.len() >= group.count as usize {
                 break;
             }
@@ -173,6 +183,17 @@ pub fn plan_node_groups(bulkhead: &Bulkhead, snapshot: &Snapshot) -> NodeGroupPl
         .filter_map(|node| node_change(node, &key, held.get(node.name.as_str()).copied()))
         .collect();
     NodeGroupPlan { classes, changes }
+}
+
+/// Classes whose placed pods (labelled with the claim key) run on each node.
+fn placed_classes_by_node<'a>(snapshot: &'a Snapshot, key: &str) -> BTreeMap<&'a str, BTreeSet<&'a str>> {
+    let mut out: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for pod in snapshot.pods.values().filter(|p| !p.finished) {
+        if let (Some(node), Some(class)) = (pod.node.as_deref(), pod.labels.label(key)) {
+            out.entry(node).or_default().insert(class);
+        }
+    }
+    out
 }
 
 /// The write that gives `node` the claim `class` (or none), if it lacks it.

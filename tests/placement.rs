@@ -1,0 +1,571 @@
+//! Placement, planned with no cluster: node claims (stability, replacement,
+//! shortfall, never stealing), taint merging, workload patches, priorities and
+//! PriorityClass-scoped quotas.
+
+use std::collections::BTreeMap;
+
+use bulkhead::{
+    crd::Bulkhead,
+    plan::{changes, merge_taints, plan, teardown, Change, NodeChange, Plan},
+    snapshot::{NamespaceInfo, NodeInfo, Snapshot, Workload},
+    status::{build_status, ApplyOutcome, NODE_GROUPS_READY, PLACED, QUOTAS_SCOPED},
+};
+use k8s_openapi::{
+    api::{apps::v1::Deployment, core::v1::{Node, Taint}},
+    apimachinery::pkg::apis::meta::v1::Time,
+};
+use serde_json::{json, Value};
+
+const KEY: &str = "bulkhead.dev/shop";
+
+/// Three classes: checkout and reports with node groups of 2 from pool=general,
+/// admin critical without one.
+fn shop() -> Bulkhead {
+    bulkhead(
+        r#"
+  - name: checkout
+    reserved: 40
+    pods: {namespaceSelector: {matchLabels: {team: shop}}, podSelector: {matchLabels: {app: checkout}}}
+    nodes: {selector: {matchLabels: {pool: general}}, count: 2}
+    antiAffinity: {topologyKey: kubernetes.io/hostname}
+    runtimeClassName: kata
+  - name: reports
+    reserved: 40
+    pods: {namespaceSelector: {matchLabels: {team: shop}}, podSelector: {matchLabels: {app: reports}}}
+    nodes: {selector: {matchLabels: {pool: general}}, count: 2}
+  - name: admin
+    reserved: 10
+    critical: true
+    pods: {namespaceSelector: {matchLabels: {team: shop}}, podSelector: {matchLabels: {app: admin}}}
+    antiAffinity: {topologyKey: kubernetes.io/hostname}
+"#,
+    )
+}
+
+fn bulkhead(classes: &str) -> Bulkhead {
+    serde_yaml::from_str(&format!(
+        "apiVersion: bulkhead.dev/v1alpha1\nkind: Bulkhead\nmetadata: {{name: shop, uid: u-1}}\nspec:\n  dimension: Criticality\n  pool: {{resource: connections, capacity: 100}}\n  classes:{classes}"
+    ))
+    .expect("fixture")
+}
+
+/// The cluster as typed objects, turned into a Snapshot on demand, so that
+/// planned changes can be applied to it the way the API server would.
+#[derive(Clone, Default)]
+struct Cluster {
+    nodes: BTreeMap<String, Value>,
+    deployments: BTreeMap<String, Value>,
+    pods: BTreeMap<String, Value>,
+}
+
+impl Cluster {
+    fn with_nodes(names: &[&str]) -> Self {
+        let mut c = Cluster::default();
+        for n in names {
+            c.node(n, json!({"pool": "general"}), json!([]), true);
+        }
+        c
+    }
+
+    fn node(&mut self, name: &str, labels: Value, taints: Value, ready: bool) {
+        let mut labels = labels;
+        labels["kubernetes.io/hostname"] = json!(name);
+        self.nodes.insert(
+            name.into(),
+            json!({
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": name, "labels": labels, "resourceVersion": "1"},
+                "spec": {"taints": taints},
+                "status": {"conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]},
+            }),
+        );
+    }
+
+    fn deployment(&mut self, name: &str, app: &str) {
+        self.deployments.insert(
+            name.into(),
+            json!({
+                "apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": name, "namespace": "shop", "generation": 1},
+                "spec": {
+                    "replicas": 2,
+                    "selector": {"matchLabels": {"app": app}},
+                    "template": {"metadata": {"labels": {"app": app}}, "spec": {"containers": [{"name": "c", "image": "i"}]}},
+                },
+            }),
+        );
+    }
+
+    fn pod(&mut self, name: &str, node: &str, labels: Value) {
+        self.pods.insert(
+            name.into(),
+            json!({"metadata": {"name": name, "namespace": "shop", "labels": labels}, "spec": {"nodeName": node, "containers": []}}),
+        );
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        let mut s = Snapshot::default();
+        s.namespaces.insert(
+            "shop".into(),
+            NamespaceInfo { name: "shop".into(), labels: [("team".into(), "shop".into())].into(), terminating: false },
+        );
+        for v in self.nodes.values() {
+            let node: Node = serde_json::from_value(v.clone()).expect("node");
+            let info = NodeInfo::from_node(&node, &mut s.interner);
+            s.nodes.insert(info.name.clone(), info);
+        }
+        for v in self.pods.values() {
+            let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(v.clone()).expect("pod");
+            let info = bulkhead::snapshot::PodInfo::from_pod(&pod, &mut s.interner);
+            s.pods.insert(bulkhead::snapshot::ObjectKey::new("shop", pod.metadata.name.clone().unwrap_or_default()), info);
+        }
+        for v in self.deployments.values() {
+            let d: Deployment = serde_json::from_value(v.clone()).expect("deployment");
+            let w = Workload::from(&d);
+            s.workloads.insert((w.kind, bulkhead::snapshot::ObjectKey::new(&w.namespace, &w.name)), w);
+        }
+        s
+    }
+
+    /// What the API server would hold after the operator's writes.
+    fn apply(&mut self, changes: &[Change]) {
+        for change in changes {
+            match change {
+                Change::Node(n) => {
+                    let node = self.nodes.get_mut(&n.node).expect("planned node exists");
+                    match &n.class {
+                        Some(class) => node["metadata"]["labels"][&n.label_key] = json!(class),
+                        None => {
+                            node["metadata"]["labels"].as_object_mut().expect("labels").remove(&n.label_key);
+                        }
+                    }
+                    node["spec"]["taints"] = json!(n.taints);
+                    let rv: u64 = node["metadata"]["resourceVersion"].as_str().and_then(|r| r.parse().ok()).unwrap_or(0);
+                    node["metadata"]["resourceVersion"] = json!((rv + 1).to_string());
+                }
+                Change::PlaceWorkload(p) => {
+                    let d = self.deployments.get_mut(&p.key.name).expect("planned workload exists");
+                    merge(d, &p.body);
+                    let generation = d["metadata"]["generation"].as_i64().unwrap_or(0);
+                    d["metadata"]["generation"] = json!(generation + 1);
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// A JSON merge of `patch` into `target` (what an apply that only adds fields does).
+fn merge(target: &mut Value, patch: &Value) {
+    match (target, patch) {
+        (Value::Object(t), Value::Object(p)) => {
+            for (k, v) in p {
+                merge(t.entry(k.clone()).or_insert(Value::Null), v);
+            }
+        }
+        (t, p) => *t = p.clone(),
+    }
+}
+
+fn node_changes(changes: &[Change]) -> Vec<&NodeChange> {
+    changes.iter().filter_map(|c| if let Change::Node(n) = c { Some(n) } else { None }).collect()
+}
+
+fn claimed(plan: &Plan, class: &str) -> Vec<String> {
+    plan.node_groups.classes.iter().find(|c| c.class == class).map(|c| c.nodes.clone()).unwrap_or_default()
+}
+
+fn taint(key: &str, value: &str, effect: &str) -> Taint {
+    Taint { key: key.into(), value: Some(value.into()), effect: effect.into(), time_added: None }
+}
+
+fn now() -> Time {
+    Time("2026-12-02T12:00:00Z".parse().expect("time"))
+}
+
+fn condition(bh: &Bulkhead, p: &Plan, outcome: &ApplyOutcome, type_: &str) -> (String, String, String) {
+    let status = build_status(bh, p, None, outcome, None, &now());
+    let c = status.conditions.iter().find(|c| c.type_ == type_).unwrap_or_else(|| panic!("no {type_} condition"));
+    (c.status.clone(), c.reason.clone(), c.message.clone())
+}
+
+#[test]
+fn each_group_claims_its_count_in_name_order_with_label_and_taint() {
+    let cluster = Cluster::with_nodes(&["node-1", "node-2", "node-3", "node-4", "node-5", "node-6"]);
+    let bh = shop();
+    let p = plan(&bh, &cluster.snapshot());
+    assert!(p.errors.is_empty(), "{:?}", p.errors);
+    assert_eq!(claimed(&p, "checkout"), ["node-1", "node-2"]);
+    assert_eq!(claimed(&p, "reports"), ["node-3", "node-4"]);
+    let writes = node_changes(&p.node_groups.changes.iter().cloned().map(Change::Node).collect::<Vec<_>>())
+        .into_iter()
+        .map(|n| (n.node.clone(), n.class.clone(), n.taints.clone(), n.resource_version.clone()))
+        .collect::<Vec<_>>();
+    assert_eq!(writes.len(), 4, "only the claimed nodes are written: {writes:?}");
+    assert_eq!(writes[0].0, "node-1");
+    assert_eq!(writes[0].1.as_deref(), Some("checkout"));
+    assert_eq!(writes[0].2, vec![taint(KEY, "checkout", "NoSchedule")]);
+    assert_eq!(writes[0].3.as_deref(), Some("1"), "the write is conditional on the observed resourceVersion");
+    let (status, reason, message) = condition(&bh, &p, &ApplyOutcome::NotApplied, NODE_GROUPS_READY);
+    assert_eq!((status.as_str(), reason.as_str()), ("True", "NodesClaimed"));
+    assert_eq!(message, "checkout: node-1, node-2; reports: node-3, node-4");
+}
+
+#[test]
+fn claims_are_stable_across_reconciles_and_new_nodes() {
+    let mut cluster = Cluster::with_nodes(&["node-3", "node-4", "node-5", "node-6"]);
+    let bh = shop();
+    let first = plan(&bh, &cluster.snapshot());
+    cluster.apply(&changes("shop", &first, &cluster.snapshot(), false));
+    // A node that sorts first joins: nothing moves, nothing is written.
+    cluster.node("node-0", json!({"pool": "general"}), json!([]), true);
+    let again = plan(&bh, &cluster.snapshot());
+    assert_eq!(claimed(&again, "checkout"), claimed(&first, "checkout"));
+    assert_eq!(claimed(&again, "reports"), claimed(&first, "reports"));
+    let node_writes: Vec<_> = changes("shop", &again, &cluster.snapshot(), false)
+        .into_iter()
+        .filter(|c| matches!(c, Change::Node(_)))
+        .collect();
+    assert!(node_writes.is_empty(), "a settled cluster gets no node writes: {node_writes:?}");
+}
+
+#[test]
+fn a_lost_node_is_replaced_and_an_unready_one_released_and_replaced() {
+    let mut cluster = Cluster::with_nodes(&["node-1", "node-2", "node-3", "node-4", "node-5", "node-6"]);
+    let bh = shop();
+    let first = plan(&bh, &cluster.snapshot());
+    cluster.apply(&changes("shop", &first, &cluster.snapshot(), false));
+
+    cluster.nodes.remove("node-2");
+    let p = plan(&bh, &cluster.snapshot());
+    assert_eq!(claimed(&p, "checkout"), ["node-1", "node-5"], "node-1 kept, node-5 replaces the lost node-2");
+    assert_eq!(claimed(&p, "reports"), ["node-3", "node-4"]);
+    cluster.apply(&changes("shop", &p, &cluster.snapshot(), false));
+
+    // node-3 goes NotReady: released (label and taint gone) and replaced by node-6.
+    let mut node3 = cluster.nodes["node-3"].clone();
+    node3["status"]["conditions"][0]["status"] = json!("False");
+    cluster.nodes.insert("node-3".into(), node3);
+    let p = plan(&bh, &cluster.snapshot());
+    assert_eq!(claimed(&p, "reports"), ["node-4", "node-6"]);
+    let release = p.node_groups.changes.iter().find(|c| c.node == "node-3").expect("node-3 is released");
+    assert_eq!(release.class, None);
+    assert!(release.taints.is_empty());
+}
+
+#[test]
+fn nodes_of_other_classes_and_bulkheads_are_never_taken_and_a_shortfall_is_reported() {
+    let mut cluster = Cluster::default();
+    cluster.node("node-1", json!({"pool": "general", "bulkhead.dev/other": "x"}), json!([{"key": "bulkhead.dev/other", "value": "x", "effect": "NoSchedule"}]), true);
+    // A label under the prefix without the matching taint is no claim.
+    cluster.node("node-0", json!({"pool": "general", "bulkhead.dev/fake-node": "true"}), json!([]), true);
+    cluster.node("node-2", json!({"pool": "general"}), json!([{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]), true);
+    cluster.node("node-3", json!({"pool": "general"}), json!([]), false);
+    cluster.node("node-4", json!({"pool": "general"}), json!([]), true);
+    cluster.node("node-5", json!({"pool": "general"}), json!([]), true);
+    let bh = shop();
+    let p = plan(&bh, &cluster.snapshot());
+    assert_eq!(claimed(&p, "checkout"), ["node-0", "node-4"]);
+    assert_eq!(claimed(&p, "reports"), ["node-5"], "reports takes nothing from checkout");
+    let (status, reason, message) = condition(&bh, &p, &ApplyOutcome::NotApplied, NODE_GROUPS_READY);
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "InsufficientNodes"));
+    assert!(message.contains("class reports holds 1 of 2 node(s) (node-5)"), "{message}");
+    assert!(message.contains("held by class checkout"), "{message}");
+    assert!(message.contains("held by Bulkhead other"), "{message}");
+    assert!(message.contains("not Ready, cordoned or being released: node-3"), "{message}");
+    assert!(message.contains("tainted by others: node-2 (dedicated:NoSchedule)"), "{message}");
+    assert!(message.contains("spec.classes[1].nodes.selector"), "{message}");
+    let written: Vec<&str> = p.node_groups.changes.iter().map(|c| c.node.as_str()).collect();
+    assert_eq!(written, ["node-0", "node-4", "node-5"], "nothing else is written");
+}
+
+#[test]
+fn nodes_running_another_class_pods_are_claimed_last() {
+    let mut cluster = Cluster::with_nodes(&["node-1", "node-2", "node-3", "node-4"]);
+    // The critical class (no group) already runs on node-1; a taint would not evict it.
+    cluster.pod("admin-0", "node-1", json!({"app": "admin", KEY: "admin"}));
+    // A pod of no class does not matter.
+    cluster.pod("blog-0", "node-2", json!({"app": "blog"}));
+    let p = plan(&shop(), &cluster.snapshot());
+    assert_eq!(claimed(&p, "checkout"), ["node-2", "node-3"]);
+    assert_eq!(claimed(&p, "reports"), ["node-1", "node-4"], "node-1 only as the last resort");
+}
+
+#[test]
+fn taint_merging_keeps_others_taints_and_changes_only_ours() {
+    let others = vec![
+        taint("node.kubernetes.io/unreachable", "", "NoExecute"),
+        taint("dedicated", "db", "PreferNoSchedule"),
+    ];
+    let mut with_ours = others.clone();
+    with_ours.push(taint(KEY, "reports", "NoSchedule"));
+    // Claim: ours appended, others untouched.
+    assert_eq!(merge_taints(&others, KEY, Some(taint(KEY, "checkout", "NoSchedule"))), {
+        let mut v = others.clone();
+        v.push(taint(KEY, "checkout", "NoSchedule"));
+        v
+    });
+    // Re-claim for another class: ours replaced, not duplicated.
+    let merged = merge_taints(&with_ours, KEY, Some(taint(KEY, "checkout", "NoSchedule")));
+    assert_eq!(merged.iter().filter(|t| t.key == KEY).count(), 1);
+    assert_eq!(merged[..2], others[..]);
+    // Release: exactly ours removed.
+    assert_eq!(merge_taints(&with_ours, KEY, None), others);
+    // Another Bulkhead's taint is not ours.
+    let foreign = vec![taint("bulkhead.dev/other", "x", "NoSchedule")];
+    assert_eq!(merge_taints(&foreign, KEY, None), foreign);
+}
+
+#[test]
+fn teardown_releases_exactly_our_nodes_keeping_other_taints() {
+    let mut cluster = Cluster::with_nodes(&["node-1", "node-2", "node-3", "node-4", "node-5"]);
+    cluster.node("node-6", json!({"pool": "general", "bulkhead.dev/other": "x"}), json!([{"key": "bulkhead.dev/other", "value": "x", "effect": "NoSchedule"}]), true);
+    let bh = shop();
+    let p = plan(&bh, &cluster.snapshot());
+    cluster.apply(&changes("shop", &p, &cluster.snapshot(), false));
+    // Someone adds a taint of their own to a claimed node.
+    let mut node1 = cluster.nodes["node-1"].clone();
+    node1["spec"]["taints"].as_array_mut().expect("taints").insert(0, json!({"key": "maintenance", "value": "soon", "effect": "PreferNoSchedule"}));
+    cluster.nodes.insert("node-1".into(), node1);
+
+    let down = teardown("shop", &cluster.snapshot());
+    let released: Vec<&NodeChange> = node_changes(&down);
+    let names: Vec<&str> = released.iter().map(|n| n.node.as_str()).collect();
+    assert_eq!(names, ["node-1", "node-2", "node-3", "node-4"]);
+    assert!(released.iter().all(|n| n.class.is_none()));
+    assert_eq!(released[0].taints, vec![taint("maintenance", "soon", "PreferNoSchedule")]);
+    cluster.apply(&down);
+    assert_eq!(cluster.nodes["node-6"]["metadata"]["labels"]["bulkhead.dev/other"], "x", "another Bulkhead's claim stays");
+    for n in ["node-2", "node-3", "node-4", "node-5"] {
+        let node = &cluster.nodes[n];
+        assert_eq!(node["metadata"]["labels"], json!({"pool": "general", "kubernetes.io/hostname": n}), "{n}'s labels are as they were");
+        assert_eq!(node["spec"]["taints"], json!([]), "{n}'s taints are as they were");
+    }
+}
+
+fn place_changes(changes: &[Change]) -> Vec<&bulkhead::plan::WorkloadPlacement> {
+    changes.iter().filter_map(|c| if let Change::PlaceWorkload(p) = c { Some(p) } else { None }).collect()
+}
+
+#[test]
+fn the_workload_patch_carries_class_label_affinity_toleration_anti_affinity_runtime_and_priority() {
+    let mut cluster = Cluster::with_nodes(&["node-1", "node-2", "node-3", "node-4", "node-5", "node-6"]);
+    cluster.deployment("checkout", "checkout");
+    cluster.deployment("admin", "admin");
+    cluster.deployment("unrelated", "blog");
+    let bh = shop();
+    let p = plan(&bh, &cluster.snapshot());
+    let all = changes("shop", &p, &cluster.snapshot(), false);
+    let placed = place_changes(&all);
+    assert_eq!(placed.iter().map(|p| p.key.name.as_str()).collect::<Vec<_>>(), ["admin", "checkout"], "the unrelated Deployment is not touched");
+
+    let checkout = placed.iter().find(|p| p.key.name == "checkout").expect("checkout").body.clone();
+    assert_eq!(checkout["metadata"], json!({"name": "checkout", "namespace": "shop", "annotations": {"placement.bulkhead.dev/shop": placed[1].fingerprint}}));
+    let tpl = &checkout["spec"]["template"];
+    assert_eq!(tpl["metadata"]["labels"], json!({KEY: "checkout"}));
+    assert_eq!(
+        tpl["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"],
+        json!([{"matchExpressions": [{"key": KEY, "operator": "In", "values": ["checkout"]}]}])
+    );
+    assert_eq!(tpl["spec"]["tolerations"], json!([{"key": KEY, "operator": "Equal", "value": "checkout", "effect": "NoSchedule"}]));
+    assert_eq!(
+        tpl["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"],
+        json!([{
+            "labelSelector": {"matchExpressions": [{"key": KEY, "operator": "Exists"}, {"key": KEY, "operator": "NotIn", "values": ["checkout"]}]},
+            "namespaces": ["shop"],
+            "topologyKey": "kubernetes.io/hostname",
+        }])
+    );
+    assert_eq!(tpl["spec"]["runtimeClassName"], "kata");
+    assert_eq!(tpl["spec"]["priorityClassName"], "bulkhead-shop.checkout");
+    assert!(checkout["spec"].get("replicas").is_none() && tpl["spec"].get("containers").is_none(), "only placement's fields are applied");
+
+    // The critical class without a group tolerates every group and prefers free nodes.
+    let admin = &placed.iter().find(|p| p.key.name == "admin").expect("admin").body["spec"]["template"]["spec"];
+    assert_eq!(admin["tolerations"], json!([{"key": KEY, "operator": "Exists", "effect": "NoSchedule"}]));
+    assert_eq!(
+        admin["affinity"]["nodeAffinity"],
+        json!({"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "preference": {"matchExpressions": [{"key": KEY, "operator": "DoesNotExist"}]}}]})
+    );
+    assert_eq!(admin["priorityClassName"], "bulkhead-shop.admin");
+}
+
+#[test]
+fn a_placed_workload_is_not_patched_again_until_the_spec_changes() {
+    let mut cluster = Cluster::with_nodes(&["node-1", "node-2", "node-3", "node-4"]);
+    cluster.deployment("checkout", "checkout");
+    let bh = shop();
+    let p = plan(&bh, &cluster.snapshot());
+    cluster.apply(&changes("shop", &p, &cluster.snapshot(), false));
+    let settled = plan(&bh, &cluster.snapshot());
+    assert!(place_changes(&changes("shop", &settled, &cluster.snapshot(), false)).is_empty(), "no rollout loop");
+
+    // Someone removes the toleration placement set: it is applied again.
+    let mut d = cluster.deployments["checkout"].clone();
+    d["spec"]["template"]["spec"].as_object_mut().expect("spec").remove("tolerations");
+    cluster.deployments.insert("checkout".into(), d);
+    assert_eq!(place_changes(&changes("shop", &plan(&bh, &cluster.snapshot()), &cluster.snapshot(), false)).len(), 1);
+
+    // A spec change (no more runtimeClassName) re-applies with a new fingerprint.
+    let mut changed = shop();
+    changed.spec.classes[0].runtime_class_name = None;
+    cluster.apply(&changes("shop", &plan(&bh, &cluster.snapshot()), &cluster.snapshot(), false));
+    let again = changes("shop", &plan(&changed, &cluster.snapshot()), &cluster.snapshot(), false);
+    let placed = place_changes(&again);
+    assert_eq!(placed.len(), 1);
+    assert!(placed[0].body["spec"]["template"]["spec"].get("runtimeClassName").is_none());
+}
+
+#[test]
+fn workloads_that_stop_matching_or_match_two_classes_are_withdrawn_or_left_alone() {
+    let mut cluster = Cluster::with_nodes(&["node-1", "node-2", "node-3", "node-4"]);
+    cluster.deployment("checkout", "checkout");
+    let bh = shop();
+    cluster.apply(&changes("shop", &plan(&bh, &cluster.snapshot()), &cluster.snapshot(), false));
+    // The app label changes: the workload is no class's any more.
+    let mut d = cluster.deployments["checkout"].clone();
+    d["spec"]["template"]["metadata"]["labels"]["app"] = json!("blog");
+    cluster.deployments.insert("checkout".into(), d);
+    let c = changes("shop", &plan(&bh, &cluster.snapshot()), &cluster.snapshot(), false);
+    assert!(c.iter().any(|c| matches!(c, Change::WithdrawWorkload(_, k) if k.name == "checkout")), "{c:?}");
+
+    // A workload two classes match is left alone and reported.
+    let mut both = shop();
+    both.spec.classes[1].pods.as_mut().expect("pods").pod_selector =
+        Some(serde_json::from_value(json!({"matchExpressions": [{"key": "app", "operator": "Exists"}]})).expect("selector"));
+    let mut cluster = Cluster::with_nodes(&["node-1", "node-2", "node-3", "node-4"]);
+    cluster.deployment("checkout", "checkout");
+    let p = plan(&both, &cluster.snapshot());
+    assert!(place_changes(&changes("shop", &p, &cluster.snapshot(), false)).is_empty());
+    let (status, reason, message) = condition(&both, &p, &ApplyOutcome::NotApplied, PLACED);
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "WorkloadInTwoClasses"));
+    assert!(message.contains("Deployment shop/checkout matches classes checkout and reports"), "{message}");
+}
+
+#[test]
+fn a_placement_conflict_is_a_condition_naming_workload_field_and_manager() {
+    let cluster = Cluster::with_nodes(&["node-1", "node-2", "node-3", "node-4"]);
+    let bh = shop();
+    let p = plan(&bh, &cluster.snapshot());
+    let outcome = ApplyOutcome::Applied {
+        config_maps: 0,
+        quotas: 0,
+        conflicts: vec!["Deployment shop/checkout: Apply failed with 1 conflict: conflict with \"gitops\": .spec.template.spec.affinity".into()],
+    };
+    let (status, reason, message) = condition(&bh, &p, &outcome, PLACED);
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "PlacementConflict"));
+    assert!(message.contains("Deployment shop/checkout") && message.contains("\"gitops\"") && message.contains(".spec.template.spec.affinity"), "{message}");
+}
+
+#[test]
+fn priorities_default_with_the_critical_class_highest_and_are_validated() {
+    let bh = shop();
+    let p = plan(&bh, &Snapshot::default());
+    let values: Vec<(String, i32)> =
+        p.priority_classes.iter().map(|pc| (pc.metadata.name.clone().unwrap_or_default(), pc.value)).collect();
+    assert_eq!(
+        values,
+        [("bulkhead-shop.checkout".to_string(), 1000), ("bulkhead-shop.reports".to_string(), 1000), ("bulkhead-shop.admin".to_string(), 2000)]
+    );
+    let mut explicit = shop();
+    explicit.spec.classes[0].priority = Some(5000);
+    let p = plan(&explicit, &Snapshot::default());
+    assert_eq!(p.priority_classes[2].value, 6000, "critical sits above the highest other class");
+
+    explicit.spec.classes[2].priority = Some(4000);
+    let p = plan(&explicit, &Snapshot::default());
+    let errors: Vec<String> = p.errors.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        errors,
+        ["spec.classes[2].priority: critical class admin has priority 4000, not above class checkout's 5000: a critical class must have the highest priority of the Bulkhead"]
+    );
+}
+
+#[test]
+fn a_changed_priority_replaces_the_priority_class_before_anything_uses_it() {
+    let bh = shop();
+    let mut snapshot = Snapshot::default();
+    for pc in plan(&bh, &snapshot).priority_classes {
+        snapshot.priority_classes.insert(pc.metadata.name.clone().unwrap_or_default(), pc);
+    }
+    assert!(changes("shop", &plan(&bh, &snapshot), &snapshot, false).is_empty(), "settled");
+    let mut raised = shop();
+    raised.spec.classes[1].priority = Some(1500);
+    let c: Vec<String> = changes("shop", &plan(&raised, &snapshot), &snapshot, false).iter().map(ToString::to_string).collect();
+    assert_eq!(
+        c,
+        [
+            "delete PriorityClass bulkhead-shop.reports",
+            "apply PriorityClass bulkhead-shop.reports (value 1500)",
+            // The critical class's default follows the highest other class.
+            "delete PriorityClass bulkhead-shop.admin",
+            "apply PriorityClass bulkhead-shop.admin (value 2500)",
+        ]
+    );
+}
+
+#[test]
+fn with_placement_classes_sharing_a_namespace_get_quotas_scoped_by_priority_class() {
+    let with_quota = |placement: &str| {
+        bulkhead(&format!(
+            r#"
+  - name: checkout
+    reserved: 40
+    pods: {{namespaceSelector: {{matchLabels: {{team: shop}}}}, podSelector: {{matchLabels: {{app: checkout}}}}}}
+    quota: {{hard: {{pods: "10"}}}}{placement}
+  - name: reports
+    reserved: 40
+    pods: {{namespaceSelector: {{matchLabels: {{team: shop}}}}, podSelector: {{matchLabels: {{app: reports}}}}}}
+    quota: {{hard: {{pods: "4"}}}}
+"#
+        ))
+    };
+    let snapshot = Cluster::default().snapshot();
+    // Without placement: withheld and reported, as before.
+    let unscoped = with_quota("");
+    let p = plan(&unscoped, &snapshot);
+    assert!(p.quotas.is_empty());
+    assert!(p.priority_classes.is_empty() && p.placement.is_none());
+    assert_eq!(condition(&unscoped, &p, &ApplyOutcome::NotApplied, QUOTAS_SCOPED).1, "QuotaNamespaceShared");
+
+    let scoped = with_quota("\n    priority: 100");
+    let p = plan(&scoped, &snapshot);
+    let scopes: Vec<Value> = p.quotas.iter().map(|q| json!(q.spec.as_ref().and_then(|s| s.scope_selector.clone()))).collect();
+    assert_eq!(
+        scopes,
+        [
+            json!({"matchExpressions": [{"scopeName": "PriorityClass", "operator": "In", "values": ["bulkhead-shop.checkout"]}]}),
+            json!({"matchExpressions": [{"scopeName": "PriorityClass", "operator": "In", "values": ["bulkhead-shop.reports"]}]}),
+        ]
+    );
+    let (status, reason, _) = condition(&scoped, &p, &ApplyOutcome::NotApplied, QUOTAS_SCOPED);
+    assert_eq!((status.as_str(), reason.as_str()), ("True", "QuotasScoped"));
+
+    // An existing unscoped quota cannot be re-scoped in place: it is replaced.
+    let mut snapshot = snapshot;
+    let mut old = p.quotas[0].clone();
+    old.spec.as_mut().expect("spec").scope_selector = None;
+    snapshot.resource_quotas.insert(bulkhead::snapshot::ObjectKey::new("shop", "bulkhead-shop.checkout"), old);
+    let c: Vec<String> = changes("shop", &plan(&scoped, &snapshot), &snapshot, false).iter().map(ToString::to_string).collect();
+    let delete = c.iter().position(|c| c == "delete ResourceQuota shop/bulkhead-shop.checkout").expect("deleted");
+    let apply = c.iter().position(|c| c == "apply ResourceQuota shop/bulkhead-shop.checkout").expect("re-applied");
+    assert!(delete < apply, "{c:?}");
+}
+
+#[test]
+fn placement_needs_a_pod_selector_and_is_off_unless_a_class_asks() {
+    let bh = bulkhead(
+        "\n  - {name: a, reserved: 10, pods: {namespaceSelector: {matchLabels: {team: shop}}}, priority: 10}\n  - {name: b, reserved: 10}\n",
+    );
+    let errors: Vec<String> = plan(&bh, &Snapshot::default()).errors.iter().map(|e| e.field.clone()).collect();
+    assert_eq!(errors, ["spec.classes[0].pods.podSelector"]);
+
+    let off = bulkhead("\n  - {name: a, reserved: 10, pods: {podSelector: {matchLabels: {app: a}}}}\n");
+    let mut cluster = Cluster::default();
+    cluster.deployment("a", "a");
+    let p = plan(&off, &cluster.snapshot());
+    assert!(p.placement.is_none() && p.priority_classes.is_empty() && p.node_groups.classes.is_empty());
+    let status = build_status(&off, &p, None, &ApplyOutcome::NotApplied, None, &now());
+    assert!(status.conditions.iter().all(|c| c.type_ != NODE_GROUPS_READY && c.type_ != PLACED));
+    assert!(changes("a", &p, &cluster.snapshot(), false).is_empty());
+}
