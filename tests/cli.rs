@@ -159,3 +159,36 @@ fn check_exits_1_for_an_unfundable_design_and_3_for_bad_input() {
     assert_eq!(code, 3);
     assert!(err.contains("unfunded.yaml: document 1") && err.contains("spec.dimension"), "{err}");
 }
+
+#[test]
+fn plan_shows_node_claims_taints_and_workload_patches() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let nodes = dir.path().join("nodes.yaml");
+    let node = |n: u32| {
+        format!(
+            "apiVersion: v1\nkind: Node\nmetadata: {{name: n{n}, resourceVersion: \"1\", labels: {{pool: bulkhead-demo}}}}\nstatus: {{conditions: [{{type: Ready, status: \"True\"}}]}}\n"
+        )
+    };
+    std::fs::write(&nodes, (1..=5).map(node).collect::<Vec<_>>().join("---\n")).expect("write");
+    let (code, out, err) =
+        bulkhead(&["plan", "-f", nodes.to_str().expect("path"), "-f", "examples/placement.yaml", "-o", "json"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("class checkout holds 2 of 2 node(s): n1, n2"), "{err}");
+    assert!(err.contains("class reports holds 2 of 2 node(s): n3, n4"), "{err}");
+    assert!(err.contains("would claim Node n1 for class checkout (label and taint bulkhead.dev/placement=checkout:NoSchedule)"), "{err}");
+    assert!(err.contains("would place Deployment storefront/admin in class admin"), "{err}");
+    assert!(err.contains("would apply PriorityClass bulkhead-placement.admin (value 2000)"), "{err}");
+    let list: serde_json::Value = serde_json::from_str(&out).expect("JSON list");
+    let items = list["items"].as_array().expect("items");
+    let n1 = items.iter().find(|i| i["kind"] == "Node" && i["metadata"]["name"] == "n1").expect("n1's claim");
+    assert_eq!(n1["metadata"]["labels"]["bulkhead.dev/placement"], "checkout");
+    assert_eq!(n1["spec"]["taints"][0]["effect"], "NoSchedule");
+    let patch = items
+        .iter()
+        .find(|i| i["kind"] == "Deployment" && i["metadata"]["name"] == "checkout")
+        .expect("checkout's patch");
+    assert_eq!(patch["spec"]["template"]["spec"]["priorityClassName"], "bulkhead-placement.checkout");
+    assert!(patch["spec"]["template"]["spec"].get("containers").is_none(), "only placement's fields: {patch}");
+    let quota = items.iter().find(|i| i["kind"] == "ResourceQuota").expect("a scoped quota");
+    assert_eq!(quota["spec"]["scopeSelector"]["matchExpressions"][0]["scopeName"], "PriorityClass");
+}

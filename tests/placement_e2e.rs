@@ -16,7 +16,7 @@ use std::{
 use bulkhead::crd::{Bulkhead, Layer, LayerState};
 use k8s_openapi::api::{
     apps::v1::Deployment,
-    core::v1::{Node, Pod},
+    core::v1::{Node, Pod, ResourceQuota},
     scheduling::v1::PriorityClass,
 };
 use kube::{api::{Api, ListParams}, Client};
@@ -69,10 +69,12 @@ spec:
     reserved: 40
     pods: {checkout}
     nodes: {{selector: {{matchLabels: {{pool: general}}}}, count: 2}}
+    quota: {{hard: {{pods: "4"}}}}
   - name: reports
     reserved: 40
     pods: {reports}
     nodes: {{selector: {{matchLabels: {{pool: general}}}}, count: 2}}
+    quota: {{hard: {{pods: "4"}}}}
   - name: admin
     reserved: 10
     critical: true
@@ -252,6 +254,22 @@ async fn classes_get_their_own_nodes_a_lost_node_is_replaced_conflicts_are_left_
     .await;
     assert!(node_layer.pairs.iter().all(|p| p.state == LayerState::Separate), "{node_layer:?}");
 
+    // Two classes share the namespace: each quota is scoped to its class's
+    // PriorityClass, and the quota controller counts only that class's pods.
+    for class in ["checkout", "reports"] {
+        let quotas: Api<ResourceQuota> = Api::namespaced(client.clone(), &ns.name);
+        let quota_name = format!("bulkhead-{name}.{class}");
+        wait_for(&format!("{quota_name} to count the class's 2 pods"), SETTLE, || async {
+            let q = quotas.get(&quota_name).await.ok()?;
+            let scope = q.spec.as_ref()?.scope_selector.as_ref()?.match_expressions.as_ref()?.first()?.clone();
+            assert_eq!(scope.scope_name, "PriorityClass");
+            assert_eq!(scope.values, Some(vec![format!("bulkhead-{name}.{class}")]));
+            let used = q.status?.used?.get("pods")?.0.clone();
+            (used == "2").then_some(())
+        })
+        .await;
+    }
+
     // 2. At rest: nothing is written, no rollout loop.
     let rv = |d: &Deployment| d.metadata.resource_version.clone();
     let mut versions = Vec::new();
@@ -275,8 +293,13 @@ async fn classes_get_their_own_nodes_a_lost_node_is_replaced_conflicts_are_left_
     let kept: BTreeSet<String> = checkout_nodes.iter().filter(|n| **n != lost).cloned().collect();
     cp.kubectl(&["delete", "node", &lost]);
     let started = Instant::now();
+    let polls = std::cell::Cell::new(0u32);
     let replacement = wait_for("a replacement node running a checkout pod", NODE_LOSS, || async {
         let checkout = group(&client, &name, "checkout").await;
+        polls.set(polls.get() + 1);
+        if polls.get() % 100 == 0 {
+            eprintln!("after {:?}: checkout group {checkout:?}, pods {:?}", started.elapsed(), pods_by_app(&client, &ns.name).await);
+        }
         if checkout.len() != 2 || checkout.contains(&lost) || !checkout.is_superset(&kept) {
             return None;
         }
@@ -354,4 +377,6 @@ spec:
         .filter(|n| n.starts_with(&format!("bulkhead-{name}.")))
         .collect();
     assert!(left.is_empty(), "PriorityClasses left behind: {left:?}");
+    let quotas = Api::<ResourceQuota>::namespaced(client.clone(), &ns.name).list(&ListParams::default()).await.expect("quotas");
+    assert!(quotas.items.is_empty(), "quotas left behind: {:?}", quotas.items.iter().map(|q| &q.metadata.name).collect::<Vec<_>>());
 }

@@ -170,25 +170,35 @@ where
     K: Clone + DeserializeOwned + Serialize + std::fmt::Debug,
 {
     let params = PatchParams::apply(&placement_manager(bulkhead));
-    let after = match api.patch(&key.name, &params, &Patch::Apply(&withdrawal_body(kind, key))).await {
+    let mut current = match api.patch(&key.name, &params, &Patch::Apply(&withdrawal_body(kind, key))).await {
         Ok(after) => after,
         Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
         Err(e) => return Err(e.into()),
     };
     // The API server can leave the emptied parents behind (`affinity:
     // {nodeAffinity: {}}`), which would keep the template from being exactly
-    // what it was. Remove them, only if still empty (resourceVersion precondition).
-    let after = serde_json::to_value(&after).map_err(|source| Error::Serialize { what: "a workload", source })?;
-    if let Some(cleanup) = empty_affinity_cleanup(&after) {
+    // what it was. Remove them, only while still empty: the patch carries the
+    // resourceVersion it was computed from, and is recomputed when the
+    // workload moved on (its controller updates status all the time).
+    for _ in 0..CLEANUP_ATTEMPTS {
+        let value = serde_json::to_value(&current).map_err(|source| Error::Serialize { what: "a workload", source })?;
+        let Some(cleanup) = empty_affinity_cleanup(&value) else { return Ok(()) };
         match api.patch(&key.name, &PatchParams::default(), &Patch::Merge(&cleanup)).await {
-            Ok(_) => {}
-            // Someone changed it meanwhile: the empty parent is harmless; leave it.
-            Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {}
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => match api.get_opt(&key.name).await? {
+                Some(fresh) => current = fresh,
+                None => return Ok(()),
+            },
             Err(e) => return Err(e.into()),
         }
     }
+    // Still contended: an empty parent is harmless; leave it.
     Ok(())
 }
+
+/// How often the removal of emptied affinity parents is retried on a conflict.
+const CLEANUP_ATTEMPTS: usize = 5;
 
 /// A merge patch removing the empty affinity parents placement may leave behind.
 fn empty_affinity_cleanup(workload: &Value) -> Option<Value> {
