@@ -458,6 +458,21 @@ fn a_placement_conflict_is_a_condition_naming_workload_field_and_manager() {
 }
 
 #[test]
+fn a_runtime_class_the_cluster_lacks_is_reported() {
+    let mut cluster = Cluster::with_nodes(&["node-1", "node-2", "node-3", "node-4"]);
+    cluster.deployment("checkout", "checkout");
+    let bh = shop();
+    let p = plan(&bh, &cluster.snapshot());
+    let (status, reason, message) = condition(&bh, &p, &ApplyOutcome::NotApplied, PLACED);
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "RuntimeClassNotFound"));
+    assert!(message.contains("class checkout names RuntimeClass kata, which does not exist"), "{message}");
+    let mut snapshot = cluster.snapshot();
+    snapshot.runtime_classes.insert("kata".into(), bulkhead::snapshot::RuntimeClassInfo { handler: "kata-qemu".into() });
+    let p = plan(&bh, &snapshot);
+    assert_eq!(condition(&bh, &p, &ApplyOutcome::NotApplied, PLACED).1, "WorkloadsPlaced");
+}
+
+#[test]
 fn priorities_default_with_the_critical_class_highest_and_are_validated() {
     let bh = shop();
     let p = plan(&bh, &Snapshot::default());

@@ -289,7 +289,9 @@ async fn classes_get_their_own_nodes_a_lost_node_is_replaced_conflicts_are_left_
     assert!(writes.is_empty(), "writes at rest: {writes:?}");
 
     // 3. A claimed node is lost: replaced, and the pod that ran there rescheduled onto the replacement.
-    let lost = checkout_nodes.iter().next().cloned().expect("a checkout node");
+    // Lose a node that runs a checkout pod (the scheduler may have put both on one).
+    let checkout_pods = pods_by_app(&client, &ns.name).await.remove("checkout").expect("checkout pods").0;
+    let lost = checkout_pods.into_iter().flatten().next().expect("a bound checkout pod");
     let kept: BTreeSet<String> = checkout_nodes.iter().filter(|n| **n != lost).cloned().collect();
     cp.kubectl(&["delete", "node", &lost]);
     let started = Instant::now();

@@ -71,6 +71,9 @@ pub struct PlacementPlan {
     pub ambiguous: Vec<AmbiguousWorkload>,
     /// Workloads this Bulkhead placed that no class selects any more.
     pub withdrawals: Vec<(WorkloadKind, ObjectKey)>,
+    /// (class, RuntimeClass) pairs naming a RuntimeClass the cluster does not
+    /// have: the API server rejects such pods.
+    pub missing_runtime_classes: Vec<(String, String)>,
 }
 
 pub fn plan_placement(bulkhead: &Bulkhead, snapshot: &Snapshot) -> PlacementPlan {
@@ -146,7 +149,12 @@ pub fn plan_placement(bulkhead: &Bulkhead, snapshot: &Snapshot) -> PlacementPlan
         })
         .map(|(k, _)| k.clone())
         .collect();
-    PlacementPlan { workloads, ambiguous, withdrawals }
+    let missing_runtime_classes = classes
+        .iter()
+        .filter_map(|c| c.runtime_class_name.as_ref().map(|rc| (c.name.clone(), rc.clone())))
+        .filter(|(_, rc)| !snapshot.runtime_classes.contains_key(rc))
+        .collect();
+    PlacementPlan { workloads, ambiguous, withdrawals, missing_runtime_classes }
 }
 
 /// Template labels without the class label placement added, so that a class

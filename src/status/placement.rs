@@ -45,6 +45,19 @@ pub fn placement_conditions(plan: &Plan, outcome: &ApplyOutcome) -> Vec<DesiredC
             .collect::<Vec<_>>()
             .join("; ");
         DesiredCondition::new(PLACED, Status::False, "WorkloadInTwoClasses", format!("left alone: {detail}"))
+    } else if !placement.missing_runtime_classes.is_empty() {
+        let detail = placement
+            .missing_runtime_classes
+            .iter()
+            .map(|(class, rc)| format!("class {class} names RuntimeClass {rc}, which does not exist"))
+            .collect::<Vec<_>>()
+            .join("; ");
+        DesiredCondition::new(
+            PLACED,
+            Status::False,
+            "RuntimeClassNotFound",
+            format!("{detail}: the API server rejects the class's new pods until it is created"),
+        )
     } else if placement.workloads.is_empty() {
         DesiredCondition::new(PLACED, Status::True, "NoWorkloads", "no Deployment or StatefulSet matches a class's pods selectors")
     } else {
