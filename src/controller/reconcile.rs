@@ -66,13 +66,17 @@ async fn reconcile_bulkhead(bulkhead: &Bulkhead, ctx: &Context) -> Result<Action
     }
     ctx.metrics.record_plan(&name, &plan.capacity);
 
-    let (changes, remembered) = ctx.conflicts.skip_remembered(&name, changes);
+    let (mut changes, remembered) = ctx.conflicts.skip_remembered(&name, changes);
     let mut apply_error = None;
     let outcome = if !plan.is_valid() {
         ApplyOutcome::NotApplied
     } else {
         match apply_changes(&ctx.client, &ctx.metrics, &name, &changes).await {
             Ok(new_conflicts) => {
+                // A refused placement was not applied: keep it out of the log and the Event.
+                changes.retain(|c| {
+                    !matches!(c, Change::PlaceWorkload(p) if new_conflicts.iter().any(|x| x.kind == p.kind && x.key == p.key))
+                });
                 let conflicts: Vec<_> = remembered.into_iter().chain(new_conflicts).collect();
                 ctx.conflicts.replace(&name, &conflicts);
                 ApplyOutcome::Applied {
