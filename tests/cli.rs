@@ -177,7 +177,7 @@ fn plan_shows_node_claims_taints_and_workload_patches() {
     assert!(err.contains("class reports holds 2 of 2 node(s): n3, n4"), "{err}");
     assert!(err.contains("would claim Node n1 for class checkout (label and taint bulkhead.dev/placement=checkout:NoSchedule)"), "{err}");
     assert!(err.contains("would place Deployment storefront/admin in class admin"), "{err}");
-    assert!(err.contains("would apply PriorityClass bulkhead-placement.admin (value 2000)"), "{err}");
+    assert!(err.contains("would apply PriorityClass bulkhead-placement.admin (value 1000)"), "{err}");
     let list: serde_json::Value = serde_json::from_str(&out).expect("JSON list");
     let items = list["items"].as_array().expect("items");
     let n1 = items.iter().find(|i| i["kind"] == "Node" && i["metadata"]["name"] == "n1").expect("n1's claim");

@@ -257,38 +257,55 @@ fn a_lost_node_is_replaced_and_an_unready_one_released_and_replaced() {
 fn nodes_of_other_classes_and_bulkheads_are_never_taken_and_a_shortfall_is_reported() {
     let mut cluster = Cluster::default();
     cluster.node("node-1", json!({"pool": "general", "bulkhead.dev/other": "x"}), json!([{"key": "bulkhead.dev/other", "value": "x", "effect": "NoSchedule"}]), true);
-    // A label under the prefix without the matching taint is no claim.
-    cluster.node("node-0", json!({"pool": "general", "bulkhead.dev/fake-node": "true"}), json!([]), true);
+    // A claim someone half-removed (label without its taint) is still a claim.
+    cluster.node("node-0", json!({"pool": "general", "bulkhead.dev/half": "x"}), json!([]), true);
+    // A label under another prefix is no claim.
+    cluster.node("node-6", json!({"pool": "general", "test.bulkhead.dev/fake-node": "true"}), json!([]), true);
     cluster.node("node-2", json!({"pool": "general"}), json!([{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]), true);
     cluster.node("node-3", json!({"pool": "general"}), json!([]), false);
     cluster.node("node-4", json!({"pool": "general"}), json!([]), true);
     cluster.node("node-5", json!({"pool": "general"}), json!([]), true);
     let bh = shop();
     let p = plan(&bh, &cluster.snapshot());
-    assert_eq!(claimed(&p, "checkout"), ["node-0", "node-4"]);
-    assert_eq!(claimed(&p, "reports"), ["node-5"], "reports takes nothing from checkout");
+    assert_eq!(claimed(&p, "checkout"), ["node-4", "node-5"]);
+    assert_eq!(claimed(&p, "reports"), ["node-6"], "reports takes nothing from checkout");
     let (status, reason, message) = condition(&bh, &p, &ApplyOutcome::NotApplied, NODE_GROUPS_READY);
     assert_eq!((status.as_str(), reason.as_str()), ("False", "InsufficientNodes"));
-    assert!(message.contains("class reports holds 1 of 2 node(s) (node-5)"), "{message}");
+    assert!(message.contains("class reports holds 1 of 2 node(s) (node-6)"), "{message}");
     assert!(message.contains("held by class checkout"), "{message}");
-    assert!(message.contains("held by Bulkhead other"), "{message}");
+    assert!(message.contains("held by Bulkhead half, other"), "{message}");
     assert!(message.contains("not Ready, cordoned or being released: node-3"), "{message}");
     assert!(message.contains("tainted by others: node-2 (dedicated:NoSchedule)"), "{message}");
     assert!(message.contains("spec.classes[1].nodes.selector"), "{message}");
     let written: Vec<&str> = p.node_groups.changes.iter().map(|c| c.node.as_str()).collect();
-    assert_eq!(written, ["node-0", "node-4", "node-5"], "nothing else is written");
+    assert_eq!(written, ["node-4", "node-5", "node-6"], "nothing else is written");
 }
 
 #[test]
 fn nodes_running_another_class_pods_are_claimed_last() {
     let mut cluster = Cluster::with_nodes(&["node-1", "node-2", "node-3", "node-4"]);
-    // The critical class (no group) already runs on node-1; a taint would not evict it.
-    cluster.pod("admin-0", "node-1", json!({"app": "admin", KEY: "admin"}));
+    // The critical class (no group) already runs on node-1, not placed yet
+    // (no claim label): its selectors say whose it is. A taint would not evict it.
+    cluster.pod("admin-0", "node-1", json!({"app": "admin"}));
     // A pod of no class does not matter.
     cluster.pod("blog-0", "node-2", json!({"app": "blog"}));
     let p = plan(&shop(), &cluster.snapshot());
     assert_eq!(claimed(&p, "checkout"), ["node-2", "node-3"]);
     assert_eq!(claimed(&p, "reports"), ["node-1", "node-4"], "node-1 only as the last resort");
+}
+
+#[test]
+fn a_claim_is_kept_when_someone_else_taints_the_node() {
+    let mut cluster = Cluster::with_nodes(&["node-1", "node-2", "node-3", "node-4", "node-5"]);
+    let bh = shop();
+    cluster.apply(&changes("shop", &plan(&bh, &cluster.snapshot()), &cluster.snapshot(), false));
+    // The kubelet reports memory pressure on node-1.
+    let mut node1 = cluster.nodes["node-1"].clone();
+    node1["spec"]["taints"].as_array_mut().expect("taints").push(json!({"key": "node.kubernetes.io/memory-pressure", "effect": "NoSchedule"}));
+    cluster.nodes.insert("node-1".into(), node1);
+    let p = plan(&bh, &cluster.snapshot());
+    assert_eq!(claimed(&p, "checkout"), ["node-1", "node-2"], "the claim stays; releasing it would let other classes in");
+    assert!(p.node_groups.changes.is_empty(), "{:?}", p.node_groups.changes);
 }
 
 #[test]
@@ -417,6 +434,24 @@ fn a_placed_workload_is_not_patched_again_until_the_spec_changes() {
 }
 
 #[test]
+fn a_workload_with_affinity_of_its_own_settles_after_one_apply() {
+    let mut cluster = Cluster::with_nodes(&["node-1", "node-2", "node-3", "node-4"]);
+    cluster.deployment("admin", "admin");
+    // The team spreads its replicas with a preferred anti-affinity of its own.
+    let mut d = cluster.deployments["admin"].clone();
+    d["spec"]["template"]["spec"]["affinity"] = json!({"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 50, "podAffinityTerm": {"labelSelector": {"matchLabels": {"app": "admin"}}, "topologyKey": "kubernetes.io/hostname"}}
+    ]}, "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}]}]}}});
+    cluster.deployments.insert("admin".into(), d);
+    let bh = shop();
+    let first = changes("shop", &plan(&bh, &cluster.snapshot()), &cluster.snapshot(), false);
+    assert_eq!(place_changes(&first).len(), 1);
+    cluster.apply(&first);
+    let again = changes("shop", &plan(&bh, &cluster.snapshot()), &cluster.snapshot(), false);
+    assert!(place_changes(&again).is_empty(), "their preferred terms beside ours are no difference: {again:?}");
+}
+
+#[test]
 fn workloads_that_stop_matching_or_match_two_classes_are_withdrawn_or_left_alone() {
     let mut cluster = Cluster::with_nodes(&["node-1", "node-2", "node-3", "node-4"]);
     cluster.deployment("checkout", "checkout");
@@ -451,10 +486,23 @@ fn a_placement_conflict_is_a_condition_naming_workload_field_and_manager() {
         config_maps: 0,
         quotas: 0,
         conflicts: vec!["Deployment shop/checkout: Apply failed with 1 conflict: conflict with \"gitops\": .spec.template.spec.affinity".into()],
+        rejected: Vec::new(),
     };
     let (status, reason, message) = condition(&bh, &p, &outcome, PLACED);
     assert_eq!((status.as_str(), reason.as_str()), ("False", "PlacementConflict"));
     assert!(message.contains("Deployment shop/checkout") && message.contains("\"gitops\"") && message.contains(".spec.template.spec.affinity"), "{message}");
+
+    let rejected = ApplyOutcome::Applied {
+        config_maps: 0,
+        quotas: 0,
+        conflicts: Vec::new(),
+        rejected: vec!["Deployment shop/reports: admission webhook \"policy\" denied the request".into()],
+    };
+    let (status, reason, message) = condition(&bh, &p, &rejected, PLACED);
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "PlacementRejected"));
+    assert!(message.contains("Deployment shop/reports: admission webhook"), "{message}");
+    let (status, reason, _) = condition(&bh, &p, &ApplyOutcome::Failed("boom".into()), PLACED);
+    assert_eq!((status.as_str(), reason.as_str()), ("Unknown", "ApplyFailed"), "a stopped apply does not claim placement");
 }
 
 #[test]
@@ -480,7 +528,13 @@ fn priorities_default_with_the_critical_class_highest_and_are_validated() {
         p.priority_classes.iter().map(|pc| (pc.metadata.name.clone().unwrap_or_default(), pc.value)).collect();
     assert_eq!(
         values,
-        [("bulkhead-shop.checkout".to_string(), 1000), ("bulkhead-shop.reports".to_string(), 1000), ("bulkhead-shop.admin".to_string(), 2000)]
+        [("bulkhead-shop.checkout".to_string(), 0), ("bulkhead-shop.reports".to_string(), 0), ("bulkhead-shop.admin".to_string(), 1000)]
+    );
+    let policies: Vec<Option<String>> = p.priority_classes.iter().map(|pc| pc.preemption_policy.clone()).collect();
+    assert_eq!(
+        policies,
+        [Some("Never".to_string()), Some("Never".to_string()), Some("PreemptLowerPriority".to_string())],
+        "only the control-plane lane preempts"
     );
     let mut explicit = shop();
     explicit.spec.classes[0].priority = Some(5000);
@@ -497,7 +551,7 @@ fn priorities_default_with_the_critical_class_highest_and_are_validated() {
 }
 
 #[test]
-fn a_changed_priority_replaces_the_priority_class_before_anything_uses_it() {
+fn a_changed_priority_replaces_the_immutable_priority_class() {
     let bh = shop();
     let mut snapshot = Snapshot::default();
     for pc in plan(&bh, &snapshot).priority_classes {
@@ -553,12 +607,29 @@ fn with_placement_classes_sharing_a_namespace_get_quotas_scoped_by_priority_clas
             json!({"matchExpressions": [{"scopeName": "PriorityClass", "operator": "In", "values": ["bulkhead-shop.reports"]}]}),
         ]
     );
-    let (status, reason, _) = condition(&scoped, &p, &ApplyOutcome::NotApplied, QUOTAS_SCOPED);
+    let (status, reason, message) = condition(&scoped, &p, &ApplyOutcome::NotApplied, QUOTAS_SCOPED);
     assert_eq!((status.as_str(), reason.as_str()), ("True", "QuotasScoped"));
+    assert_eq!(message, "2 quota(s): 0 alone in its namespace, 2 in namespaces classes share, each scoped to its class's PriorityClass");
+
+    // A class alone in its namespace keeps an unscoped quota: it bounds everything there.
+    let mut alone = scoped.clone();
+    alone.spec.classes[1].quota = None;
+    let p = plan(&alone, &snapshot);
+    assert_eq!(p.quotas.len(), 1);
+    assert!(p.quotas[0].spec.as_ref().is_some_and(|s| s.scope_selector.is_none()));
+
+    // A resource a PriorityClass scope cannot count: the shared namespace gets no quota, and says why.
+    let mut services = scoped.clone();
+    services.spec.classes[1].quota.as_mut().expect("quota").hard.insert("services".into(), k8s_openapi::apimachinery::pkg::api::resource::Quantity("2".into()));
+    let p = plan(&services, &snapshot);
+    assert!(p.quotas.is_empty());
+    let (status, reason, message) = condition(&services, &p, &ApplyOutcome::NotApplied, QUOTAS_SCOPED);
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "QuotaNotScopable"));
+    assert!(message.starts_with("namespace shop: class reports's quota sets services, which a quota scoped by PriorityClass cannot count"), "{message}");
 
     // An existing unscoped quota cannot be re-scoped in place: it is replaced.
     let mut snapshot = snapshot;
-    let mut old = p.quotas[0].clone();
+    let mut old = plan(&scoped, &snapshot).quotas[0].clone();
     old.spec.as_mut().expect("spec").scope_selector = None;
     snapshot.resource_quotas.insert(bulkhead::snapshot::ObjectKey::new("shop", "bulkhead-shop.checkout"), old);
     let c: Vec<String> = changes("shop", &plan(&scoped, &snapshot), &snapshot, false).iter().map(ToString::to_string).collect();
@@ -568,12 +639,22 @@ fn with_placement_classes_sharing_a_namespace_get_quotas_scoped_by_priority_clas
 }
 
 #[test]
-fn placement_needs_a_pod_selector_and_is_off_unless_a_class_asks() {
+fn placement_needs_a_pod_selector_a_label_key_and_is_off_unless_a_class_asks() {
     let bh = bulkhead(
-        "\n  - {name: a, reserved: 10, pods: {namespaceSelector: {matchLabels: {team: shop}}}, priority: 10}\n  - {name: b, reserved: 10}\n",
+        "\n  - {name: a, reserved: 10, pods: {namespaceSelector: {matchLabels: {team: shop}}}, priority: 10}\n  - {name: b, reserved: 10, antiAffinity: {topologyKey: \"not a key\"}}\n",
     );
-    let errors: Vec<String> = plan(&bh, &Snapshot::default()).errors.iter().map(|e| e.field.clone()).collect();
-    assert_eq!(errors, ["spec.classes[0].pods.podSelector"]);
+    let errors: Vec<String> = plan(&bh, &Snapshot::default()).errors.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        errors,
+        [
+            "spec.classes[0].pods.podSelector: is required when the Bulkhead places workloads: without it every workload of the selected namespaces would be patched",
+            "spec.classes[1].antiAffinity.topologyKey: \"not a key\" is not a label key (like kubernetes.io/hostname)",
+        ]
+    );
+    let mut reserved = shop();
+    reserved.metadata.name = Some("class".into());
+    let errors: Vec<String> = plan(&reserved, &Snapshot::default()).errors.iter().map(|e| e.field.clone()).collect();
+    assert_eq!(errors, ["metadata.name"], "bulkhead.dev/class labels the operator's own objects");
 
     let off = bulkhead("\n  - {name: a, reserved: 10, pods: {podSelector: {matchLabels: {app: a}}}}\n");
     let mut cluster = Cluster::default();

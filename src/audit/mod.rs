@@ -9,9 +9,10 @@ mod membership;
 mod nodes;
 
 pub use database::{host_of, resolve, Resolution};
+pub use membership::{members, Members};
 
 use domains::{Domain, DomainLayer, Doubt, PairVerdict, Placed};
-use membership::{members, Members, Source};
+use membership::Source;
 
 use crate::{
     crd::{Bulkhead, Layer, LayerState, LayerStatus, PairStatus},

@@ -23,13 +23,17 @@ use crate::{
     snapshot::{ObjectKey, WorkloadKind},
 };
 
-/// A workload whose placement another field manager's fields block.
+/// A workload whose placement the API server refused: another field
+/// manager's fields block it, or the server (or an admission webhook)
+/// rejects the patched workload.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlacementConflict {
     pub kind: WorkloadKind,
     pub key: ObjectKey,
     pub generation: Option<i64>,
     pub fingerprint: String,
+    /// True for a field-manager conflict (409); false for another refusal.
+    pub conflict: bool,
     /// The API server's account: the fields and the manager that owns them.
     pub message: String,
 }
@@ -141,11 +145,14 @@ async fn place(client: &Client, bulkhead: &str, p: &WorkloadPlacement) -> Result
     };
     match result {
         Ok(()) => Ok(None),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(Some(PlacementConflict {
+        // A refusal of this one workload (conflict, invalid, forbidden by a
+        // webhook, gone) must not stop the writes planned after it.
+        Err(kube::Error::Api(s)) if (400..500).contains(&s.code) && s.code != 429 => Ok(Some(PlacementConflict {
             kind: p.kind,
             key: p.key.clone(),
             generation: p.generation,
             fingerprint: p.fingerprint.clone(),
+            conflict: s.code == 409,
             message: s.message,
         })),
         Err(e) => Err(e.into()),
@@ -173,6 +180,11 @@ where
     let mut current = match api.patch(&key.name, &params, &Patch::Apply(&withdrawal_body(kind, key))).await {
         Ok(after) => after,
         Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+        // An apply to a workload deleted meanwhile is a create, which is
+        // forbidden or invalid: the workload is gone, nothing to withdraw.
+        Err(kube::Error::Api(s)) if matches!(s.code, 403 | 422) && api.get_opt(&key.name).await?.is_none() => {
+            return Ok(())
+        }
         Err(e) => return Err(e.into()),
     };
     // The API server can leave the emptied parents behind (`affinity:

@@ -77,12 +77,14 @@ async fn reconcile_bulkhead(bulkhead: &Bulkhead, ctx: &Context) -> Result<Action
                 changes.retain(|c| {
                     !matches!(c, Change::PlaceWorkload(p) if new_conflicts.iter().any(|x| x.kind == p.kind && x.key == p.key))
                 });
-                let conflicts: Vec<_> = remembered.into_iter().chain(new_conflicts).collect();
-                ctx.conflicts.replace(&name, &conflicts);
+                let refusals: Vec<_> = remembered.into_iter().chain(new_conflicts).collect();
+                ctx.conflicts.replace(&name, &refusals);
+                let (conflicts, rejected): (Vec<_>, Vec<_>) = refusals.iter().partition(|c| c.conflict);
                 ApplyOutcome::Applied {
                     config_maps: usize::from(plan.config_map.is_some()),
                     quotas: plan.quotas.len(),
                     conflicts: conflicts.iter().map(|c| c.describe()).collect(),
+                    rejected: rejected.iter().map(|c| c.describe()).collect(),
                 }
             }
             // Someone wrote the node between observation and write: plan again

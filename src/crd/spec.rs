@@ -171,8 +171,9 @@ pub struct ClassSpec {
     #[schemars(length(min = 1, max = 253), regex(pattern = DNS_SUBDOMAIN_PATTERN))]
     pub runtime_class_name: Option<String>,
     /// Value of the PriorityClass the operator writes for this class and sets
-    /// on its pod templates. Defaults to 1000; a critical class defaults to
-    /// 1000 above the highest other class and must be the highest.
+    /// on its pod templates. Defaults to 0; a critical class defaults to 1000
+    /// above the highest other class and must be the highest. Only a critical
+    /// class may preempt other pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = -1000000000, max = 1000000000))]
     pub priority: Option<i32>,

@@ -67,9 +67,12 @@ pub fn changes(name: &str, plan: &Plan, snapshot: &Snapshot, names_workload: boo
     for pc in &plan.priority_classes {
         let pc_name = pc.metadata.name.clone().unwrap_or_default();
         match snapshot.priority_classes.get(&pc_name) {
-            Some(existing) if meta_up_to_date(&existing.metadata, &pc.metadata) && existing.value == pc.value => {}
-            // A PriorityClass's value cannot change: replace it.
-            Some(existing) if existing.value != pc.value => {
+            Some(existing)
+                if meta_up_to_date(&existing.metadata, &pc.metadata)
+                    && existing.value == pc.value
+                    && existing.preemption_policy == pc.preemption_policy => {}
+            // A PriorityClass's value and preemption policy cannot change: replace it.
+            Some(existing) if existing.value != pc.value || existing.preemption_policy != pc.preemption_policy => {
                 out.push(Change::DeletePriorityClass(pc_name));
                 out.push(Change::ApplyPriorityClass(pc.clone()));
             }

@@ -11,7 +11,8 @@ use kube::ResourceExt;
 
 use super::selector::Matcher;
 use crate::{
-    crd::{Bulkhead, NodeGroupSpec},
+    audit::members,
+    crd::{Bulkhead, NodeGroupSpec, BULKHEAD_LABEL, CLASS_LABEL},
     snapshot::{LabelLookup, NodeInfo, Snapshot},
 };
 
@@ -80,15 +81,21 @@ fn our_taint(key: &str, class: &str) -> Taint {
     Taint { key: key.to_string(), value: Some(class.to_string()), effect: CLAIM_EFFECT.to_string(), time_added: None }
 }
 
-/// The Bulkhead a node's claim belongs to, if any. A claim is a label and a
-/// taint under the same `bulkhead.dev/<bulkhead>` key (written together), so
-/// an unrelated label under the prefix is not mistaken for one.
-fn claimed_by(node: &NodeInfo) -> Option<&str> {
-    node.labels
-        .iter()
-        .filter(|(k, _)| node.taints.iter().any(|t| t.key == *k))
-        .find_map(|(k, _)| k.strip_prefix(CLAIM_PREFIX))
+/// The Bulkheads holding a claim on a node: any label or taint under
+/// `bulkhead.dev/<bulkhead>` counts (a claim someone half-removed still
+/// counts), except the operator's own child labels.
+fn claimed_by(node: &NodeInfo) -> impl Iterator<Item = &str> {
+    let label_keys = node.labels.iter().map(|(k, _)| k);
+    let taint_keys = node.taints.iter().map(|t| t.key.as_str());
+    label_keys
+        .chain(taint_keys)
+        .filter(|k| !RESERVED_KEYS.contains(k))
+        .filter_map(|k| k.strip_prefix(CLAIM_PREFIX))
 }
+
+/// Keys under the claim prefix that are not claims: the labels on the
+/// operator's children. Bulkheads of these names cannot place workloads.
+pub const RESERVED_KEYS: [&str; 2] = [BULKHEAD_LABEL, CLASS_LABEL];
 
 /// Taints that keep pods off which the operator did not put there.
 fn foreign_repelling_taint<'a>(node: &'a NodeInfo, key: &str) -> Option<&'a Taint> {
@@ -109,10 +116,11 @@ pub fn plan_node_groups(bulkhead: &Bulkhead, snapshot: &Snapshot) -> NodeGroupPl
             Some((i, c.name.as_str(), g, matcher))
         })
         .collect();
-    let fits = |node: &NodeInfo, matcher: &Option<Matcher>| {
-        node.schedulable
-            && matcher.as_ref().is_some_and(|m| m.matches(&node.labels))
-            && foreign_repelling_taint(node, &key).is_none()
+    // A claim is kept while its node is Ready, uncordoned and still matches.
+    // Taints others add later (memory pressure, maintenance) do not release it:
+    // the class's pods stay there, and releasing would let other classes in.
+    let keeps = |node: &NodeInfo, matcher: &Option<Matcher>| {
+        node.schedulable && matcher.as_ref().is_some_and(|m| m.matches(&node.labels))
     };
 
     // Keep every claim that is still fit, up to the count.
@@ -122,7 +130,7 @@ pub fn plan_node_groups(bulkhead: &Bulkhead, snapshot: &Snapshot) -> NodeGroupPl
         let mine: Vec<&str> = snapshot
             .nodes
             .values()
-            .filter(|n| n.labels.label(&key) == Some(*class) && fits(n, matcher))
+            .filter(|n| n.labels.label(&key) == Some(*class) && keeps(n, matcher))
             .map(|n| n.name.as_str())
             .take(group.count as usize)
             .collect();
@@ -134,7 +142,7 @@ pub fn plan_node_groups(bulkhead: &Bulkhead, snapshot: &Snapshot) -> NodeGroupPl
     // Then claim free nodes for what is missing: first those that run no pod
     // of another class (a taint keeps new pods off, it does not evict), then
     // by name.
-    let classes_on = placed_classes_by_node(snapshot, &key);
+    let classes_on = classes_by_node(bulkhead, snapshot);
     let mut classes = Vec::new();
     for ((i, class, group, matcher), mut nodes) in groups.iter().zip(kept) {
         let mut skipped = Skipped::default();
@@ -153,9 +161,10 @@ pub fn plan_node_groups(bulkhead: &Bulkhead, snapshot: &Snapshot) -> NodeGroupPl
                 }
                 continue;
             }
-            if let Some(other) = claimed_by(node).filter(|b| *b != name) {
-                skipped.other_bulkheads.insert(other.to_string());
-            } else if node.labels.label(&key).is_some() {
+            let others: Vec<&str> = claimed_by(node).filter(|b| *b != name).collect();
+            if !others.is_empty() {
+                skipped.other_bulkheads.extend(others.into_iter().map(str::to_string));
+            } else if node.labels.label(&key).is_some() || node.taints.iter().any(|t| t.key == key) {
                 // Ours but unfit, or held for a class that is gone: released below, not reused at once.
                 skipped.unfit.insert(node.name.clone());
             } else if !node.schedulable {
@@ -185,12 +194,14 @@ pub fn plan_node_groups(bulkhead: &Bulkhead, snapshot: &Snapshot) -> NodeGroupPl
     NodeGroupPlan { classes, changes }
 }
 
-/// Classes whose placed pods (labelled with the claim key) run on each node.
-fn placed_classes_by_node<'a>(snapshot: &'a Snapshot, key: &str) -> BTreeMap<&'a str, BTreeSet<&'a str>> {
+/// Classes whose pods (by the classes' selectors, as the audit places them) run on each node.
+fn classes_by_node<'a>(bulkhead: &'a Bulkhead, snapshot: &'a Snapshot) -> BTreeMap<&'a str, BTreeSet<&'a str>> {
     let mut out: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
-    for pod in snapshot.pods.values().filter(|p| !p.finished) {
-        if let (Some(node), Some(class)) = (pod.node.as_deref(), pod.labels.label(key)) {
-            out.entry(node).or_default().insert(class);
+    for class in members(bulkhead, snapshot) {
+        for (_, pod) in &class.pods {
+            if let Some(node) = pod.node.as_deref() {
+                out.entry(node).or_default().insert(class.class);
+            }
         }
     }
     out

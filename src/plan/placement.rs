@@ -251,12 +251,29 @@ pub fn desired_template(
     }
 }
 
-/// Whether the template already carries every field placement sets.
+/// Whether the template already carries every field placement sets. Only
+/// those fields compare: a workload's own preferred anti-affinity beside
+/// placement's required one is no difference. (The fingerprint annotation
+/// covers fields placement stopped setting.)
 fn carries(current: &TemplatePlacement, desired: &TemplatePlacement) -> bool {
-    (desired.node_affinity.is_none() || current.node_affinity == desired.node_affinity)
-        && (desired.pod_anti_affinity.is_none() || current.pod_anti_affinity == desired.pod_anti_affinity)
-        && (desired.tolerations.is_empty() || current.tolerations == desired.tolerations)
-        && (desired.runtime_class_name.is_none() || current.runtime_class_name == desired.runtime_class_name)
+    fn same<T: PartialEq>(want: Option<&T>, have: Option<&T>) -> bool {
+        want.is_none() || want == have
+    }
+    let node = |p: &TemplatePlacement| p.node_affinity.clone().unwrap_or_default();
+    let (want_node, have_node) = (node(desired), node(current));
+    let anti = |p: &TemplatePlacement| p.pod_anti_affinity.clone().unwrap_or_default();
+    let (want_anti, have_anti) = (anti(desired), anti(current));
+    same(
+        want_node.required_during_scheduling_ignored_during_execution.as_ref(),
+        have_node.required_during_scheduling_ignored_during_execution.as_ref(),
+    ) && same(
+        want_node.preferred_during_scheduling_ignored_during_execution.as_ref(),
+        have_node.preferred_during_scheduling_ignored_during_execution.as_ref(),
+    ) && same(
+        want_anti.required_during_scheduling_ignored_during_execution.as_ref(),
+        have_anti.required_during_scheduling_ignored_during_execution.as_ref(),
+    ) && (desired.tolerations.is_empty() || current.tolerations == desired.tolerations)
+        && same(desired.runtime_class_name.as_ref(), current.runtime_class_name.as_ref())
         && current.priority_class_name == desired.priority_class_name
 }
 

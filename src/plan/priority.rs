@@ -8,8 +8,8 @@ use kube::{api::ObjectMeta, Resource, ResourceExt};
 use super::SpecError;
 use crate::crd::{Bulkhead, BulkheadSpec, ClassSpec};
 
-/// Priority of a class that names none.
-pub const DEFAULT_PRIORITY: i32 = 1000;
+/// Priority of a class that names none: that of pods without a PriorityClass.
+pub const DEFAULT_PRIORITY: i32 = 0;
 /// How far a critical class without a priority of its own sits above the rest.
 pub const CRITICAL_MARGIN: i32 = 1000;
 /// Highest value a user-defined PriorityClass may have.
@@ -91,6 +91,17 @@ fn priority_class(bulkhead: &Bulkhead, name: &str, class: &ClassSpec, value: i32
         value,
         global_default: Some(false),
         description: Some(format!("bulkhead {name}: pods of class {}", class.name)),
+        // Only the control-plane lane may evict other pods to be scheduled;
+        // the other classes wait their turn, whatever their value.
+        preemption_policy: Some(preemption_policy(class.critical).to_string()),
         ..PriorityClass::default()
+    }
+}
+
+pub fn preemption_policy(critical: bool) -> &'static str {
+    if critical {
+        "PreemptLowerPriority"
+    } else {
+        "Never"
     }
 }

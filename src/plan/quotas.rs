@@ -2,8 +2,8 @@
 //! namespaceSelector selects. An unscoped ResourceQuota bounds every pod of
 //! its namespace, so two classes' quotas in one namespace would each bound the
 //! other's pods too. When the Bulkhead places workloads, each class's pods
-//! carry its PriorityClass and each quota is scoped to it, so classes can
-//! share a namespace; otherwise such namespaces get no quota and are reported.
+//! carry its PriorityClass, and the quotas of a namespace that classes share
+//! are scoped to it; otherwise such namespaces get no quota and are reported.
 
 use std::collections::BTreeMap;
 
@@ -13,11 +13,33 @@ use kube::{api::ObjectMeta, Resource, ResourceExt};
 use super::selector::Matcher;
 use crate::{crd::Bulkhead, snapshot::Snapshot};
 
-/// A namespace selected by the quotas of more than one class.
+/// A namespace selected by the quotas of more than one class, left without them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QuotaCollision {
     pub namespace: String,
     pub classes: Vec<String>,
+    /// Why scoping could not separate them, when placement is on.
+    pub unscopable: Option<String>,
+}
+
+/// What a quota scoped by PriorityClass can count: pod resources only. The API
+/// server refuses the scope on others (services, persistentvolumeclaims, …).
+const SCOPABLE: [&str; 10] = [
+    "pods",
+    "cpu",
+    "memory",
+    "ephemeral-storage",
+    "requests.cpu",
+    "requests.memory",
+    "requests.ephemeral-storage",
+    "limits.cpu",
+    "limits.memory",
+    "limits.ephemeral-storage",
+];
+const SCOPABLE_PREFIXES: [&str; 2] = ["hugepages-", "requests.hugepages-"];
+
+fn scopable(resource: &str) -> bool {
+    SCOPABLE.contains(&resource) || SCOPABLE_PREFIXES.iter().any(|p| resource.starts_with(p))
 }
 
 /// `bulkhead-<bulkhead>.<class>`: the dot (allowed in a quota's name, never in
@@ -28,8 +50,9 @@ pub fn quota_name(bulkhead: &str, class: &str) -> String {
 }
 
 /// The quotas to write, and the namespaces withheld because classes collide
-/// there. `scoped`: each quota counts only pods of its class's PriorityClass.
-pub fn plan_quotas(bulkhead: &Bulkhead, snapshot: &Snapshot, scoped: bool) -> (Vec<ResourceQuota>, Vec<QuotaCollision>) {
+/// there. `places`: classes' pods carry their PriorityClass, so quotas in a
+/// shared namespace can be scoped to it.
+pub fn plan_quotas(bulkhead: &Bulkhead, snapshot: &Snapshot, places: bool) -> (Vec<ResourceQuota>, Vec<QuotaCollision>) {
     // namespace -> classes (with their quota) that select it
     let mut wanted: BTreeMap<&str, Vec<&crate::crd::ClassSpec>> = BTreeMap::new();
     for (i, class) in bulkhead.spec.classes.iter().enumerate() {
@@ -49,12 +72,20 @@ pub fn plan_quotas(bulkhead: &Bulkhead, snapshot: &Snapshot, scoped: bool) -> (V
     let mut quotas = Vec::new();
     let mut collisions = Vec::new();
     for (namespace, classes) in wanted {
-        if classes.len() > 1 && !scoped {
-            collisions.push(QuotaCollision {
-                namespace: namespace.to_string(),
-                classes: classes.iter().map(|c| c.name.clone()).collect(),
+        let shared = classes.len() > 1;
+        if shared {
+            let unscopable = classes.iter().find_map(|c| {
+                let key = c.quota.as_ref()?.hard.keys().find(|k| !scopable(k))?;
+                Some(format!("class {}'s quota sets {key}, which a quota scoped by PriorityClass cannot count", c.name))
             });
-            continue;
+            if !places || unscopable.is_some() {
+                collisions.push(QuotaCollision {
+                    namespace: namespace.to_string(),
+                    classes: classes.iter().map(|c| c.name.clone()).collect(),
+                    unscopable: unscopable.filter(|_| places),
+                });
+                continue;
+            }
         }
         for class in classes {
             let Some(quota) = &class.quota else { continue };
@@ -68,7 +99,7 @@ pub fn plan_quotas(bulkhead: &Bulkhead, snapshot: &Snapshot, scoped: bool) -> (V
                 },
                 spec: Some(ResourceQuotaSpec {
                     hard: Some(quota.hard.clone()),
-                    scope_selector: scoped.then(|| priority_scope(&bulkhead.name_any(), &class.name)),
+                    scope_selector: shared.then(|| priority_scope(&bulkhead.name_any(), &class.name)),
                     ..ResourceQuotaSpec::default()
                 }),
                 ..ResourceQuota::default()

@@ -54,6 +54,12 @@ pub fn validate(bulkhead: &Bulkhead) -> Vec<SpecError> {
     let places = super::places_workloads(spec);
     if places {
         errors.extend(super::priority::validate_priorities(spec));
+        if super::nodes::RESERVED_KEYS.contains(&super::claim_key(name).as_str()) {
+            errors.push(SpecError::new(
+                "metadata.name",
+                format!("{name:?} is reserved: bulkhead.dev/{name} already labels the operator's own objects"),
+            ));
+        }
     }
     let mut seen = BTreeSet::new();
     for (i, class) in spec.classes.iter().enumerate() {
@@ -89,8 +95,13 @@ pub fn validate(bulkhead: &Bulkhead) -> Vec<SpecError> {
                 errors.push(SpecError::new(field("nodes.count"), "must be at least 1"));
             }
         }
-        if class.anti_affinity.as_ref().is_some_and(|a| a.topology_key.trim().is_empty()) {
-            errors.push(SpecError::new(field("antiAffinity.topologyKey"), "must name a node label"));
+        if let Some(a) = &class.anti_affinity {
+            if !is_qualified_name(&a.topology_key) {
+                errors.push(SpecError::new(
+                    field("antiAffinity.topologyKey"),
+                    format!("{:?} is not a label key (like kubernetes.io/hostname)", a.topology_key),
+                ));
+            }
         }
         if class.priority.is_some_and(|p| p.unsigned_abs() > super::priority::MAX_PRIORITY.unsigned_abs()) {
             errors.push(SpecError::new(field("priority"), "must lie between -1000000000 and 1000000000"));
@@ -113,4 +124,20 @@ pub fn is_dns_label(s: &str) -> bool {
         && bytes.iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
         && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
         && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
+}
+
+/// A label key: an optional DNS-subdomain prefix and `/`, then a name of at
+/// most 63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric.
+pub fn is_qualified_name(s: &str) -> bool {
+    let (prefix, name) = match s.rsplit_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, s),
+    };
+    let name_ok = !name.is_empty()
+        && name.len() <= 63
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && name.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+        && name.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric());
+    let prefix_ok = prefix.is_none_or(|p| !p.is_empty() && p.len() <= 253 && p.split('.').all(is_dns_label));
+    name_ok && prefix_ok
 }

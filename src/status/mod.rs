@@ -27,8 +27,9 @@ pub use crate::audit::ISOLATED;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ApplyOutcome {
     /// `conflicts`: workloads left alone because another manager owns a field
-    /// placement sets, each with the API server's account of it.
-    Applied { config_maps: usize, quotas: usize, conflicts: Vec<String> },
+    /// placement sets; `rejected`: workloads whose placement the API server
+    /// refused otherwise; each with the API server's account of it.
+    Applied { config_maps: usize, quotas: usize, conflicts: Vec<String>, rejected: Vec<String> },
     /// Offline, or a spec error stopped it.
     NotApplied,
     Failed(String),
@@ -171,20 +172,35 @@ fn control_plane_lane(plan: &Plan) -> DesiredCondition {
 }
 
 fn quotas_scoped(plan: &Plan) -> DesiredCondition {
-    if plan.placement.is_some() {
-        return DesiredCondition::new(
-            QUOTAS_SCOPED,
-            Status::True,
-            "QuotasScoped",
-            format!("{} quota(s), each scoped to its class's PriorityClass", plan.quotas.len()),
-        );
-    }
     if plan.quota_collisions.is_empty() {
+        let scoped = plan.quotas.iter().filter(|q| q.spec.as_ref().is_some_and(|s| s.scope_selector.is_some())).count();
+        let message = if scoped == 0 {
+            format!("{} quota(s), each alone in its namespace", plan.quotas.len())
+        } else {
+            format!(
+                "{} quota(s): {} alone in its namespace, {scoped} in namespaces classes share, each scoped to its \
+                 class's PriorityClass",
+                plan.quotas.len(),
+                plan.quotas.len() - scoped
+            )
+        };
+        return DesiredCondition::new(QUOTAS_SCOPED, Status::True, "QuotasScoped", message);
+    }
+    let unscopable: Vec<String> = plan
+        .quota_collisions
+        .iter()
+        .filter_map(|c| c.unscopable.as_ref().map(|why| format!("namespace {}: {why}", c.namespace)))
+        .collect();
+    if !unscopable.is_empty() {
         return DesiredCondition::new(
             QUOTAS_SCOPED,
-            Status::True,
-            "QuotasScoped",
-            format!("{} quota(s), each alone in its namespace", plan.quotas.len()),
+            Status::False,
+            "QuotaNotScopable",
+            format!(
+                "{}; classes share these namespaces, so their quotas would have to be scoped by PriorityClass; \
+                 no quota was written there",
+                unscopable.join("; ")
+            ),
         );
     }
     let detail = plan

@@ -23,11 +23,13 @@ pub fn placement_conditions(plan: &Plan, outcome: &ApplyOutcome) -> Vec<DesiredC
         DesiredCondition::new(NODE_GROUPS_READY, Status::False, "InsufficientNodes", shortfalls.join("; "))
     });
 
-    let conflicts: &[String] = match outcome {
-        ApplyOutcome::Applied { conflicts, .. } => conflicts,
-        _ => &[],
+    let (conflicts, rejected): (&[String], &[String]) = match outcome {
+        ApplyOutcome::Applied { conflicts, rejected, .. } => (conflicts, rejected),
+        _ => (&[], &[]),
     };
-    out.push(if !conflicts.is_empty() {
+    out.push(if let ApplyOutcome::Failed(_) = outcome {
+        DesiredCondition::new(PLACED, Status::Unknown, "ApplyFailed", "the apply stopped early (see Ready); placement is not known to be complete")
+    } else if !conflicts.is_empty() {
         DesiredCondition::new(
             PLACED,
             Status::False,
@@ -36,6 +38,13 @@ pub fn placement_conditions(plan: &Plan, outcome: &ApplyOutcome) -> Vec<DesiredC
                 "left alone, another field manager owns what placement would set: {}",
                 conflicts.join("; ")
             ),
+        )
+    } else if !rejected.is_empty() {
+        DesiredCondition::new(
+            PLACED,
+            Status::False,
+            "PlacementRejected",
+            format!("the API server refused placement: {}", rejected.join("; ")),
         )
     } else if !placement.ambiguous.is_empty() {
         let detail = placement
