@@ -15,7 +15,7 @@ use std::{
 
 use bulkhead::crd::{Bulkhead, Layer, LayerState};
 use k8s_openapi::api::{
-    apps::v1::Deployment,
+    apps::v1::{Deployment, StatefulSet},
     core::v1::{Node, Pod, ResourceQuota},
     scheduling::v1::PriorityClass,
 };
@@ -53,6 +53,24 @@ spec:
     metadata: {{labels: {{app: {app}}}}}
     spec:
 {spread}      containers: [{{name: c, image: registry.k8s.io/pause:3.9}}]
+"#
+    )
+}
+
+/// A StatefulSet of class reports, to show placement applies to both kinds.
+fn statefulset(ns: &str) -> String {
+    format!(
+        r#"apiVersion: apps/v1
+kind: StatefulSet
+metadata: {{name: reports-db, namespace: {ns}}}
+spec:
+  replicas: 1
+  serviceName: reports-db
+  selector: {{matchLabels: {{app: reports, role: db}}}}
+  template:
+    metadata: {{labels: {{app: reports, role: db}}}}
+    spec:
+      containers: [{{name: c, image: registry.k8s.io/pause:3.9}}]
 "#
     )
 }
@@ -140,8 +158,21 @@ async fn deployment_state(client: &Client, ns: &str, name: &str) -> Deployment {
     Api::<Deployment>::namespaced(client.clone(), ns).get(name).await.expect("deployment")
 }
 
-/// Every Deployment rolled out: all replicas updated and ready, no old pods left.
+async fn statefulset_state(client: &Client, ns: &str) -> StatefulSet {
+    Api::<StatefulSet>::namespaced(client.clone(), ns).get("reports-db").await.expect("statefulset")
+}
+
+/// Every Deployment (and the StatefulSet) rolled out: all replicas updated and ready, no old pods left.
 async fn rolled_out(client: &Client, ns: &str, apps: &[(&str, i32)]) -> bool {
+    let sts = statefulset_state(client, ns).await;
+    let s = sts.status.unwrap_or_default();
+    if s.observed_generation != sts.metadata.generation
+        || s.ready_replicas != Some(1)
+        || s.update_revision.is_none()
+        || s.current_revision != s.update_revision
+    {
+        return false;
+    }
     for (app, replicas) in apps {
         let d = deployment_state(client, ns, app).await;
         let s = d.status.unwrap_or_default();
@@ -208,6 +239,7 @@ async fn classes_get_their_own_nodes_a_lost_node_is_replaced_conflicts_are_left_
     for (app, replicas) in apps {
         cp.apply_yaml(&deployment(&ns.name, app, replicas as u32));
     }
+    cp.apply_yaml(&statefulset(&ns.name));
     wait_for("the Deployments to roll out before the Bulkhead", SETTLE, || async {
         rolled_out(&client, &ns.name, &apps).await.then_some(())
     })
@@ -217,6 +249,7 @@ async fn classes_get_their_own_nodes_a_lost_node_is_replaced_conflicts_are_left_
     for (app, _) in apps {
         specs_before.insert(app, json!(deployment_state(&client, &ns.name, app).await.spec));
     }
+    let statefulset_before = json!(statefulset_state(&client, &ns.name).await.spec);
 
     // 1. Apply: every class on nodes of its own.
     let name = format!("place-{suffix}");
@@ -263,16 +296,16 @@ async fn classes_get_their_own_nodes_a_lost_node_is_replaced_conflicts_are_left_
 
     // Two classes share the namespace: each quota is scoped to its class's
     // PriorityClass, and the quota controller counts only that class's pods.
-    for class in ["checkout", "reports"] {
+    for (class, pods) in [("checkout", "2"), ("reports", "3")] {
         let quotas: Api<ResourceQuota> = Api::namespaced(client.clone(), &ns.name);
         let quota_name = format!("bulkhead-{name}.{class}");
-        wait_for(&format!("{quota_name} to count the class's 2 pods"), SETTLE, || async {
+        wait_for(&format!("{quota_name} to count the class's {pods} pods"), SETTLE, || async {
             let q = quotas.get(&quota_name).await.ok()?;
             let scope = q.spec.as_ref()?.scope_selector.as_ref()?.match_expressions.as_ref()?.first()?.clone();
             assert_eq!(scope.scope_name, "PriorityClass");
             assert_eq!(scope.values, Some(vec![format!("bulkhead-{name}.{class}")]));
             let used = q.status?.used?.get("pods")?.0.clone();
-            (used == "2").then_some(())
+            (used == pods).then_some(())
         })
         .await;
     }
@@ -376,6 +409,7 @@ spec:
         assert!(annotations.keys().all(|k| !k.starts_with("placement.bulkhead.dev/")), "{app}: {annotations:?}");
     }
     assert_eq!(json!(deployment_state(&client, &ns.name, "reports-gitops").await.spec), gitops_before);
+    assert_eq!(json!(statefulset_state(&client, &ns.name).await.spec), statefulset_before, "the StatefulSet's spec is as it was");
     let left: Vec<String> = priority_classes
         .list(&ListParams::default())
         .await
