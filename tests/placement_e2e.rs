@@ -336,8 +336,12 @@ async fn classes_get_their_own_nodes_a_lost_node_is_replaced_conflicts_are_left_
     cp.kubectl(&["delete", "node", &lost]);
     let started = Instant::now();
     let polls = std::cell::Cell::new(0u32);
+    let claimed_after = std::cell::Cell::new(None);
     let replacement = wait_for("a replacement node running a checkout pod", NODE_LOSS, || async {
         let checkout = group(&client, &name, "checkout").await;
+        if claimed_after.get().is_none() && checkout.len() == 2 && !checkout.contains(&lost) {
+            claimed_after.set(Some(started.elapsed()));
+        }
         polls.set(polls.get() + 1);
         if polls.get() % 100 == 0 {
             eprintln!("after {:?}: checkout group {checkout:?}, pods {:?}", started.elapsed(), pods_by_app(&client, &ns.name).await);
@@ -351,7 +355,11 @@ async fn classes_get_their_own_nodes_a_lost_node_is_replaced_conflicts_are_left_
         (on_replacement && separation_problems(&pods, &checkout, &reports_nodes).is_empty()).then_some(replacement)
     })
     .await;
-    eprintln!("figure: node {lost} replaced by {replacement}, its pod rescheduled there {:?} after the deletion", started.elapsed());
+    eprintln!(
+        "figure: node {lost} replaced by {replacement} (claimed {:?} after the deletion), its pod rescheduled there {:?} after it",
+        claimed_after.get().unwrap_or_default(),
+        started.elapsed()
+    );
     assert_eq!(group(&client, &name, "reports").await, reports_nodes, "reports kept its nodes");
 
     // 4. Another manager owns a field placement sets: reported, left alone, no fight.

@@ -142,7 +142,9 @@ pub fn plan_node_groups(bulkhead: &Bulkhead, snapshot: &Snapshot) -> NodeGroupPl
     // Then claim free nodes for what is missing: first those that run no pod
     // of another class (a taint keeps new pods off, it does not evict), then
     // by name.
-    let classes_on = classes_by_node(bulkhead, snapshot);
+    // Placing pods by selector costs a scan of the classes' pods: only when a claim is missing.
+    let missing = groups.iter().zip(&kept).any(|((_, _, g, _), k)| k.len() < g.count as usize);
+    let classes_on = if missing { classes_by_node(bulkhead, snapshot) } else { BTreeMap::new() };
     let mut classes = Vec::new();
     for ((i, class, group, matcher), mut nodes) in groups.iter().zip(kept) {
         let mut skipped = Skipped::default();
