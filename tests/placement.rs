@@ -306,6 +306,13 @@ fn a_claim_is_kept_when_someone_else_taints_the_node() {
     let p = plan(&bh, &cluster.snapshot());
     assert_eq!(claimed(&p, "checkout"), ["node-1", "node-2"], "the claim stays; releasing it would let other classes in");
     assert!(p.node_groups.changes.is_empty(), "{:?}", p.node_groups.changes);
+
+    // A NoExecute taint evicts the class's pods: the node no longer serves it and is replaced.
+    let mut node2 = cluster.nodes["node-2"].clone();
+    node2["spec"]["taints"].as_array_mut().expect("taints").push(json!({"key": "maintenance", "effect": "NoExecute"}));
+    cluster.nodes.insert("node-2".into(), node2);
+    let p = plan(&bh, &cluster.snapshot());
+    assert_eq!(claimed(&p, "checkout"), ["node-1", "node-5"]);
 }
 
 #[test]
@@ -611,9 +618,17 @@ fn with_placement_classes_sharing_a_namespace_get_quotas_scoped_by_priority_clas
     assert_eq!((status.as_str(), reason.as_str()), ("True", "QuotasScoped"));
     assert_eq!(message, "2 quota(s): 0 alone in its namespace, 2 in namespaces classes share, each scoped to its class's PriorityClass");
 
+    // A class without a quota still shares the namespace: the other's quota is scoped, not bounding it.
+    let mut one_quota = scoped.clone();
+    one_quota.spec.classes[1].quota = None;
+    let p = plan(&one_quota, &snapshot);
+    assert_eq!(p.quotas.len(), 1);
+    assert!(p.quotas[0].spec.as_ref().is_some_and(|s| s.scope_selector.is_some()));
+
     // A class alone in its namespace keeps an unscoped quota: it bounds everything there.
     let mut alone = scoped.clone();
-    alone.spec.classes[1].quota = None;
+    alone.spec.classes[1].pods.as_mut().expect("pods").namespace_selector =
+        Some(serde_json::from_value(json!({"matchLabels": {"team": "elsewhere"}})).expect("selector"));
     let p = plan(&alone, &snapshot);
     assert_eq!(p.quotas.len(), 1);
     assert!(p.quotas[0].spec.as_ref().is_some_and(|s| s.scope_selector.is_none()));
@@ -626,6 +641,12 @@ fn with_placement_classes_sharing_a_namespace_get_quotas_scoped_by_priority_clas
     let (status, reason, message) = condition(&services, &p, &ApplyOutcome::NotApplied, QUOTAS_SCOPED);
     assert_eq!((status.as_str(), reason.as_str()), ("False", "QuotaNotScopable"));
     assert!(message.starts_with("namespace shop: class reports's quota sets services, which a quota scoped by PriorityClass cannot count"), "{message}");
+    // ephemeral-storage is a pod resource, but the API server refuses it under this scope too.
+    let mut storage = scoped.clone();
+    storage.spec.classes[0].quota.as_mut().expect("quota").hard.insert("requests.ephemeral-storage".into(), k8s_openapi::apimachinery::pkg::api::resource::Quantity("1Gi".into()));
+    let p = plan(&storage, &snapshot);
+    assert!(p.quotas.is_empty());
+    assert_eq!(condition(&storage, &p, &ApplyOutcome::NotApplied, QUOTAS_SCOPED).1, "QuotaNotScopable");
 
     // An existing unscoped quota cannot be re-scoped in place: it is replaced.
     let mut snapshot = snapshot;

@@ -147,7 +147,8 @@ async fn place(client: &Client, bulkhead: &str, p: &WorkloadPlacement) -> Result
         Ok(()) => Ok(None),
         // A refusal of this one workload (conflict, invalid, forbidden by a
         // webhook, gone) must not stop the writes planned after it.
-        Err(kube::Error::Api(s)) if (400..500).contains(&s.code) && s.code != 429 => Ok(Some(PlacementConflict {
+        // Not: 401 (credentials), 408 and 429 (transient), which are retried with backoff.
+        Err(kube::Error::Api(s)) if (400..500).contains(&s.code) && !matches!(s.code, 401 | 408 | 429) => Ok(Some(PlacementConflict {
             kind: p.kind,
             key: p.key.clone(),
             generation: p.generation,

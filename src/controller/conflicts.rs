@@ -1,8 +1,14 @@
-//! Placement conflicts remembered between reconciles. A workload whose fields
+//! Placement refusals remembered between reconciles. A workload whose fields
 //! another manager owns is not re-applied on every event (each attempt is a
 //! refused request) until the workload or what placement wants of it changes.
+//! Other refusals (a webhook's denial, an invalid result) may be fixed
+//! elsewhere, so they are retried after a while.
 
-use std::{collections::BTreeMap, sync::Mutex};
+use std::{
+    collections::BTreeMap,
+    sync::Mutex,
+    time::{Duration, Instant},
+};
 
 use super::apply::PlacementConflict;
 use crate::{
@@ -10,12 +16,18 @@ use crate::{
     snapshot::{ObjectKey, WorkloadKind},
 };
 
+/// How long a refusal other than a conflict holds before the apply is tried again.
+pub const REJECTION_RETRY: Duration = Duration::from_secs(60);
+
+type Key = (WorkloadKind, ObjectKey);
+
 #[derive(Default)]
-pub struct ConflictMemory(Mutex<BTreeMap<String, BTreeMap<(WorkloadKind, ObjectKey), PlacementConflict>>>);
+pub struct ConflictMemory(Mutex<BTreeMap<String, BTreeMap<Key, (PlacementConflict, Instant)>>>);
 
 impl ConflictMemory {
-    /// Drop the placements that would hit a remembered conflict again (same
-    /// workload generation, same patch); return them as still in conflict.
+    /// Drop the placements that would hit a remembered refusal again (same
+    /// workload generation, same patch; a rejection only while it is recent);
+    /// return them as still refused.
     pub fn skip_remembered(&self, bulkhead: &str, changes: Vec<Change>) -> (Vec<Change>, Vec<PlacementConflict>) {
         let memory = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let Some(known) = memory.get(bulkhead) else { return (changes, Vec::new()) };
@@ -23,8 +35,9 @@ impl ConflictMemory {
         let mut rest = Vec::new();
         for change in changes {
             if let Change::PlaceWorkload(p) = &change {
-                if let Some(c) = known.get(&(p.kind, p.key.clone())) {
-                    if c.generation == p.generation && c.fingerprint == p.fingerprint {
+                if let Some((c, noticed)) = known.get(&(p.kind, p.key.clone())) {
+                    let same = c.generation == p.generation && c.fingerprint == p.fingerprint;
+                    if same && (c.conflict || noticed.elapsed() < REJECTION_RETRY) {
                         still.push(c.clone());
                         continue;
                     }
@@ -35,16 +48,71 @@ impl ConflictMemory {
         (rest, still)
     }
 
-    /// The conflicts of a Bulkhead now; anything not listed is forgotten.
-    pub fn replace(&self, bulkhead: &str, conflicts: &[PlacementConflict]) {
+    /// The refusals of a Bulkhead now; anything not listed is forgotten. A
+    /// refusal already known keeps the time it was first seen.
+    pub fn replace(&self, bulkhead: &str, refusals: &[PlacementConflict]) {
         let mut memory = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if conflicts.is_empty() {
-            memory.remove(bulkhead);
-        } else {
-            memory.insert(
-                bulkhead.to_string(),
-                conflicts.iter().map(|c| ((c.kind, c.key.clone()), c.clone())).collect(),
-            );
+        let previous = memory.remove(bulkhead).unwrap_or_default();
+        if refusals.is_empty() {
+            return;
         }
+        let now = Instant::now();
+        let entries = refusals
+            .iter()
+            .map(|c| {
+                let key = (c.kind, c.key.clone());
+                let noticed = previous.get(&key).filter(|(p, _)| p == c).map_or(now, |(_, at)| *at);
+                (key, (c.clone(), noticed))
+            })
+            .collect();
+        memory.insert(bulkhead.to_string(), entries);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::plan::WorkloadPlacement;
+
+    fn placement(name: &str, generation: i64, fingerprint: &str) -> Change {
+        Change::PlaceWorkload(WorkloadPlacement {
+            kind: WorkloadKind::Deployment,
+            key: ObjectKey::new("shop", name),
+            class: "checkout".into(),
+            generation: Some(generation),
+            fingerprint: fingerprint.into(),
+            body: json!({}),
+            up_to_date: false,
+        })
+    }
+
+    fn refusal(name: &str, generation: i64, fingerprint: &str, conflict: bool) -> PlacementConflict {
+        PlacementConflict {
+            kind: WorkloadKind::Deployment,
+            key: ObjectKey::new("shop", name),
+            generation: Some(generation),
+            fingerprint: fingerprint.into(),
+            conflict,
+            message: "refused".into(),
+        }
+    }
+
+    #[test]
+    fn a_remembered_refusal_is_skipped_until_the_workload_or_the_patch_changes() {
+        let memory = ConflictMemory::default();
+        memory.replace("shop", &[refusal("a", 1, "f1", true), refusal("b", 1, "f1", false)]);
+        let planned = vec![placement("a", 1, "f1"), placement("b", 1, "f1"), placement("c", 1, "f1")];
+        let (rest, still) = memory.skip_remembered("shop", planned);
+        assert_eq!(rest, vec![placement("c", 1, "f1")], "a conflict and a recent rejection are not retried");
+        assert_eq!(still.len(), 2);
+        // A new generation or a new patch is tried again.
+        let (rest, _) = memory.skip_remembered("shop", vec![placement("a", 2, "f1"), placement("b", 1, "f2")]);
+        assert_eq!(rest.len(), 2);
+        // Another Bulkhead's memory is its own; an empty list forgets.
+        assert_eq!(memory.skip_remembered("other", vec![placement("a", 1, "f1")]).0.len(), 1);
+        memory.replace("shop", &[]);
+        assert_eq!(memory.skip_remembered("shop", vec![placement("a", 1, "f1")]).0.len(), 1);
     }
 }

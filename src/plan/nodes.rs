@@ -117,10 +117,13 @@ pub fn plan_node_groups(bulkhead: &Bulkhead, snapshot: &Snapshot) -> NodeGroupPl
         })
         .collect();
     // A claim is kept while its node is Ready, uncordoned and still matches.
-    // Taints others add later (memory pressure, maintenance) do not release it:
+    // NoSchedule taints others add later (memory pressure) do not release it:
     // the class's pods stay there, and releasing would let other classes in.
+    // A NoExecute taint evicts them, so the node no longer serves the class.
     let keeps = |node: &NodeInfo, matcher: &Option<Matcher>| {
-        node.schedulable && matcher.as_ref().is_some_and(|m| m.matches(&node.labels))
+        node.schedulable
+            && matcher.as_ref().is_some_and(|m| m.matches(&node.labels))
+            && !node.taints.iter().any(|t| t.key != key && t.effect == "NoExecute")
     };
 
     // Keep every claim that is still fit, up to the count.

@@ -22,24 +22,14 @@ pub struct QuotaCollision {
     pub unscopable: Option<String>,
 }
 
-/// What a quota scoped by PriorityClass can count: pod resources only. The API
-/// server refuses the scope on others (services, persistentvolumeclaims, …).
-const SCOPABLE: [&str; 10] = [
-    "pods",
-    "cpu",
-    "memory",
-    "ephemeral-storage",
-    "requests.cpu",
-    "requests.memory",
-    "requests.ephemeral-storage",
-    "limits.cpu",
-    "limits.memory",
-    "limits.ephemeral-storage",
-];
-const SCOPABLE_PREFIXES: [&str; 2] = ["hugepages-", "requests.hugepages-"];
+/// What a quota scoped by PriorityClass may set: the pod count and pod CPU
+/// and memory. The API server refuses the scope on anything else
+/// (ephemeral-storage, services, persistentvolumeclaims, …) with
+/// "unsupported scope applied to resource".
+const SCOPABLE: [&str; 7] = ["pods", "cpu", "memory", "requests.cpu", "requests.memory", "limits.cpu", "limits.memory"];
 
 fn scopable(resource: &str) -> bool {
-    SCOPABLE.contains(&resource) || SCOPABLE_PREFIXES.iter().any(|p| resource.starts_with(p))
+    SCOPABLE.contains(&resource)
 }
 
 /// `bulkhead-<bulkhead>.<class>`: the dot (allowed in a quota's name, never in
@@ -53,26 +43,37 @@ pub fn quota_name(bulkhead: &str, class: &str) -> String {
 /// there. `places`: classes' pods carry their PriorityClass, so quotas in a
 /// shared namespace can be scoped to it.
 pub fn plan_quotas(bulkhead: &Bulkhead, snapshot: &Snapshot, places: bool) -> (Vec<ResourceQuota>, Vec<QuotaCollision>) {
-    // namespace -> classes (with their quota) that select it
-    let mut wanted: BTreeMap<&str, Vec<&crate::crd::ClassSpec>> = BTreeMap::new();
+    // namespace -> classes whose pods may run there (an absent namespaceSelector
+    // is every namespace), with or without a quota: an unscoped quota would
+    // bound them all.
+    let mut present: BTreeMap<&str, Vec<&crate::crd::ClassSpec>> = BTreeMap::new();
     for (i, class) in bulkhead.spec.classes.iter().enumerate() {
-        let Some(_) = &class.quota else { continue };
-        let selector = class.pods.as_ref().and_then(|p| p.namespace_selector.as_ref());
-        // Without a namespaceSelector the spec is invalid (reported by validate).
-        let Some(selector) = selector else { continue };
-        let Ok(matcher) = Matcher::parse(Some(selector), &format!("spec.classes[{i}].pods.namespaceSelector")) else {
+        let Some(pods) = &class.pods else { continue };
+        let Ok(matcher) =
+            Matcher::parse(pods.namespace_selector.as_ref(), &format!("spec.classes[{i}].pods.namespaceSelector"))
+        else {
             continue;
         };
         for ns in snapshot.namespaces.values() {
             if !ns.terminating && matcher.matches(&ns.labels) {
-                wanted.entry(ns.name.as_str()).or_default().push(class);
+                present.entry(ns.name.as_str()).or_default().push(class);
             }
         }
     }
     let mut quotas = Vec::new();
     let mut collisions = Vec::new();
-    for (namespace, classes) in wanted {
-        let shared = classes.len() > 1;
+    for (namespace, here) in present {
+        // A quota goes only where its class names the namespace explicitly
+        // (validate requires a namespaceSelector with a quota).
+        let classes: Vec<&crate::crd::ClassSpec> = here
+            .iter()
+            .copied()
+            .filter(|c| c.quota.is_some() && c.pods.as_ref().is_some_and(|p| p.namespace_selector.is_some()))
+            .collect();
+        if classes.is_empty() {
+            continue;
+        }
+        let shared = here.len() > 1;
         if shared {
             let unscopable = classes.iter().find_map(|c| {
                 let key = c.quota.as_ref()?.hard.keys().find(|k| !scopable(k))?;
@@ -81,7 +82,7 @@ pub fn plan_quotas(bulkhead: &Bulkhead, snapshot: &Snapshot, places: bool) -> (V
             if !places || unscopable.is_some() {
                 collisions.push(QuotaCollision {
                     namespace: namespace.to_string(),
-                    classes: classes.iter().map(|c| c.name.clone()).collect(),
+                    classes: here.iter().map(|c| c.name.clone()).collect(),
                     unscopable: unscopable.filter(|_| places),
                 });
                 continue;

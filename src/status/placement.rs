@@ -30,12 +30,17 @@ pub fn placement_conditions(plan: &Plan, outcome: &ApplyOutcome) -> Vec<DesiredC
     out.push(if let ApplyOutcome::Failed(_) = outcome {
         DesiredCondition::new(PLACED, Status::Unknown, "ApplyFailed", "the apply stopped early (see Ready); placement is not known to be complete")
     } else if !conflicts.is_empty() {
+        let also = if rejected.is_empty() {
+            String::new()
+        } else {
+            format!("; and the API server refused placement: {}", rejected.join("; "))
+        };
         DesiredCondition::new(
             PLACED,
             Status::False,
             "PlacementConflict",
             format!(
-                "left alone, another field manager owns what placement would set: {}",
+                "left alone, another field manager owns what placement would set: {}{also}",
                 conflicts.join("; ")
             ),
         )
@@ -44,7 +49,7 @@ pub fn placement_conditions(plan: &Plan, outcome: &ApplyOutcome) -> Vec<DesiredC
             PLACED,
             Status::False,
             "PlacementRejected",
-            format!("the API server refused placement: {}", rejected.join("; ")),
+            format!("the API server refused placement (retried every minute): {}", rejected.join("; ")),
         )
     } else if !placement.ambiguous.is_empty() {
         let detail = placement
