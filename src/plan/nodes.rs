@@ -144,15 +144,19 @@ pub fn plan_node_groups(bulkhead: &Bulkhead, snapshot: &Snapshot) -> NodeGroupPl
     }
     // Then claim free nodes for what is missing: first those that run no pod
     // of another class (a taint keeps new pods off, it does not evict), then
-    // by name.
-    // Placing pods by selector costs a scan of the classes' pods: only when a claim is missing.
+    // by name. Finding pods' classes costs a scan of their pods, and ranking
+    // a sort of the nodes: both only when a claim is missing.
     let missing = groups.iter().zip(&kept).any(|((_, _, g, _), k)| k.len() < g.count as usize);
     let classes_on = if missing { classes_by_node(bulkhead, snapshot) } else { BTreeMap::new() };
     let mut classes = Vec::new();
     for ((i, class, group, matcher), mut nodes) in groups.iter().zip(kept) {
         let mut skipped = Skipped::default();
-        let mut candidates: Vec<&NodeInfo> = snapshot.nodes.values().collect();
-        candidates.sort_by_key(|n| classes_on.get(n.name.as_str()).is_some_and(|cs| cs.iter().any(|c| c != class)));
+        let mut candidates: Vec<&NodeInfo> = Vec::new();
+        if nodes.len() < group.count as usize {
+            candidates.extend(snapshot.nodes.values());
+            candidates
+                .sort_by_key(|n| classes_on.get(n.name.as_str()).is_some_and(|cs| cs.iter().any(|c| c != class)));
+        }
         for node in candidates {
             if nodes.len() >= group.count as usize {
                 break;
