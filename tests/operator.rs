@@ -12,7 +12,7 @@ use k8s_openapi::api::{
 };
 use kube::{api::{Api, ListParams, Patch, PatchParams}, Client};
 use serde_json::json;
-use support::{audit, operator::Operator, unique_suffix, wait_for, ControlPlane, TestNamespace};
+use support::{audit, condition, operator::Operator, unique_suffix, wait_for, ControlPlane, TestNamespace};
 
 const SETTLE: Duration = Duration::from_secs(30);
 
@@ -56,24 +56,10 @@ spec:
     )
 }
 
-async fn condition(api: &Api<Bulkhead>, name: &str, type_: &str) -> Option<(String, String, String)> {
-    let bh = api.get(name).await.ok()?;
-    let status = bh.status?;
-    if status.observed_generation != bh.metadata.generation {
-        return None;
-    }
-    let c = status.conditions.into_iter().find(|c| c.type_ == type_)?;
-    Some((c.status, c.reason, c.message))
-}
-
 async fn wait_condition(client: &Client, name: &str, type_: &str, status: &str) -> (String, String) {
-    let api: Api<Bulkhead> = Api::all(client.clone());
-    wait_for(&format!("{name}: {type_}={status}"), SETTLE, || {
-        let api = api.clone();
-        async move {
-            let (s, reason, message) = condition(&api, name, type_).await?;
-            (s == status).then_some((reason, message))
-        }
+    wait_for(&format!("{name}: {type_}={status}"), SETTLE, || async move {
+        let (s, reason, message) = condition(client, name, type_).await?;
+        (s == status).then_some((reason, message))
     })
     .await
 }

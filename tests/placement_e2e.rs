@@ -21,7 +21,9 @@ use k8s_openapi::api::{
 };
 use kube::{api::{Api, ListParams}, Client};
 use serde_json::{json, Value};
-use support::{audit, kubelet::FakeKubelet, operator::{Operator, USER}, unique_suffix, wait_for, ControlPlane, TestNamespace};
+use support::{
+    audit, condition, kubelet::FakeKubelet, operator::{Operator, USER}, unique_suffix, wait_for, ControlPlane, TestNamespace,
+};
 
 const SETTLE: Duration = Duration::from_secs(90);
 /// Pods on a deleted node are removed by the pod garbage collector after a
@@ -144,14 +146,6 @@ async fn pods_by_app(client: &Client, ns: &str) -> BTreeMap<String, (Vec<Option<
         }
     }
     out
-}
-
-async fn condition(client: &Client, name: &str, type_: &str) -> Option<(String, String, String)> {
-    let bh = Api::<Bulkhead>::all(client.clone()).get(name).await.ok()?;
-    let status = bh.status?;
-    (status.observed_generation == bh.metadata.generation).then_some(())?;
-    let c = status.conditions.into_iter().find(|c| c.type_ == type_)?;
-    Some((c.status, c.reason, c.message))
 }
 
 async fn deployment_state(client: &Client, ns: &str, name: &str) -> Deployment {

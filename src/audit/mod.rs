@@ -9,10 +9,10 @@ mod membership;
 mod nodes;
 
 pub use database::{host_of, resolve, Resolution};
-pub use membership::{members, Members};
+pub use membership::members;
 
 use domains::{Domain, DomainLayer, Doubt, PairVerdict, Placed};
-use membership::Source;
+use membership::{Members, Source};
 
 use crate::{
     crd::{Bulkhead, Layer, LayerState, LayerStatus, PairStatus},

@@ -10,7 +10,7 @@ use k8s_openapi::api::{
     scheduling::v1::PriorityClass,
 };
 use kube::{
-    api::{Api, DeleteParams, Patch, PatchParams},
+    api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams},
     Client, Resource,
 };
 use serde::{de::DeserializeOwned, Serialize};
@@ -27,7 +27,7 @@ use crate::{
 /// manager's fields block it, or the server (or an admission webhook)
 /// rejects the patched workload.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PlacementConflict {
+pub struct PlacementRefusal {
     pub kind: WorkloadKind,
     pub key: ObjectKey,
     pub generation: Option<i64>,
@@ -38,21 +38,21 @@ pub struct PlacementConflict {
     pub message: String,
 }
 
-impl PlacementConflict {
+impl PlacementRefusal {
     pub fn describe(&self) -> String {
         format!("{} {}: {}", self.kind.as_str(), self.key, self.message)
     }
 }
 
-/// Apply `changes` in order for Bulkhead `bulkhead`; placement conflicts are
+/// Apply `changes` in order for Bulkhead `bulkhead`; placement refusals are
 /// returned, not raised, so that one contested workload stalls nothing else.
 pub async fn apply_changes(
     client: &Client,
     metrics: &Metrics,
     bulkhead: &str,
     changes: &[Change],
-) -> Result<Vec<PlacementConflict>, Error> {
-    let mut conflicts = Vec::new();
+) -> Result<Vec<PlacementRefusal>, Error> {
+    let mut refusals = Vec::new();
     for change in changes {
         match change {
             Change::ApplyPriorityClass(pc) => {
@@ -69,8 +69,8 @@ pub async fn apply_changes(
                 metrics.record_write("Node", "patch");
             }
             Change::PlaceWorkload(p) => {
-                if let Some(conflict) = place(client, bulkhead, p).await? {
-                    conflicts.push(conflict);
+                if let Some(refusal) = place(client, bulkhead, p).await? {
+                    refusals.push(refusal);
                 } else {
                     metrics.record_write(p.kind.as_str(), "apply");
                 }
@@ -99,7 +99,7 @@ pub async fn apply_changes(
             }
         }
     }
-    Ok(conflicts)
+    Ok(refusals)
 }
 
 /// Set or remove the claim label and write the taint list back whole. Taints
@@ -125,30 +125,26 @@ async fn patch_node(client: &Client, change: &NodeChange) -> Result<(), Error> {
     }
 }
 
+/// The API of a Deployment's or StatefulSet's namespace. Placement writes
+/// partial objects, so one untyped API serves both kinds.
+fn workload_api(client: &Client, kind: WorkloadKind, namespace: &str) -> Api<DynamicObject> {
+    let resource = match kind {
+        WorkloadKind::Deployment => ApiResource::erase::<Deployment>(&()),
+        WorkloadKind::StatefulSet => ApiResource::erase::<StatefulSet>(&()),
+    };
+    Api::namespaced_with(client.clone(), namespace, &resource)
+}
+
 /// Apply a workload's placement without force. A conflict means another
 /// manager owns one of the fields: report it and leave the workload alone.
-async fn place(client: &Client, bulkhead: &str, p: &WorkloadPlacement) -> Result<Option<PlacementConflict>, Error> {
+async fn place(client: &Client, bulkhead: &str, p: &WorkloadPlacement) -> Result<Option<PlacementRefusal>, Error> {
     let params = PatchParams::apply(&placement_manager(bulkhead));
-    let result = match p.kind {
-        WorkloadKind::Deployment => {
-            Api::<Deployment>::namespaced(client.clone(), &p.key.namespace)
-                .patch(&p.key.name, &params, &Patch::Apply(&p.body))
-                .await
-                .map(drop)
-        }
-        WorkloadKind::StatefulSet => {
-            Api::<StatefulSet>::namespaced(client.clone(), &p.key.namespace)
-                .patch(&p.key.name, &params, &Patch::Apply(&p.body))
-                .await
-                .map(drop)
-        }
-    };
-    match result {
-        Ok(()) => Ok(None),
+    match workload_api(client, p.kind, &p.key.namespace).patch(&p.key.name, &params, &Patch::Apply(&p.body)).await {
+        Ok(_) => Ok(None),
         // A refusal of this one workload (conflict, invalid, forbidden by a
         // webhook, gone) must not stop the writes planned after it.
         // Not: 401 (credentials), 408 and 429 (transient), which are retried with backoff.
-        Err(kube::Error::Api(s)) if (400..500).contains(&s.code) && !matches!(s.code, 401 | 408 | 429) => Ok(Some(PlacementConflict {
+        Err(kube::Error::Api(s)) if (400..500).contains(&s.code) && !matches!(s.code, 401 | 408 | 429) => Ok(Some(PlacementRefusal {
             kind: p.kind,
             key: p.key.clone(),
             generation: p.generation,
@@ -163,20 +159,7 @@ async fn place(client: &Client, bulkhead: &str, p: &WorkloadPlacement) -> Result
 /// An empty apply under the placement manager: the API server removes every
 /// field that manager applied and nobody else owns, and nothing more.
 async fn withdraw(client: &Client, bulkhead: &str, kind: WorkloadKind, key: &ObjectKey) -> Result<(), Error> {
-    match kind {
-        WorkloadKind::Deployment => {
-            withdraw_from(Api::<Deployment>::namespaced(client.clone(), &key.namespace), bulkhead, kind, key).await
-        }
-        WorkloadKind::StatefulSet => {
-            withdraw_from(Api::<StatefulSet>::namespaced(client.clone(), &key.namespace), bulkhead, kind, key).await
-        }
-    }
-}
-
-async fn withdraw_from<K>(api: Api<K>, bulkhead: &str, kind: WorkloadKind, key: &ObjectKey) -> Result<(), Error>
-where
-    K: Clone + DeserializeOwned + Serialize + std::fmt::Debug,
-{
+    let api = workload_api(client, kind, &key.namespace);
     let params = PatchParams::apply(&placement_manager(bulkhead));
     let mut current = match api.patch(&key.name, &params, &Patch::Apply(&withdrawal_body(kind, key))).await {
         Ok(after) => after,

@@ -4,7 +4,7 @@
 
 mod apply;
 mod backoff;
-mod conflicts;
+mod refusals;
 mod error;
 mod http;
 mod leader;
@@ -41,7 +41,7 @@ pub struct Context {
     pub snapshot: Arc<SharedSnapshot>,
     pub backoff: backoff::Backoff,
     pub audit_config: AuditConfig,
-    pub conflicts: conflicts::ConflictMemory,
+    pub refusals: refusals::RefusalMemory,
 }
 
 #[derive(Clone, Debug)]
@@ -75,7 +75,7 @@ pub async fn run(client: Client, options: RunOptions) -> Result<(), Error> {
         snapshot: snapshot.clone(),
         backoff: backoff::Backoff::default(),
         audit_config: options.audit.clone(),
-        conflicts: conflicts::ConflictMemory::default(),
+        refusals: refusals::RefusalMemory::default(),
     });
 
     let listener = tokio::net::TcpListener::bind(options.metrics_addr)

@@ -48,10 +48,11 @@ pub struct SharedSnapshot {
 }
 
 impl SharedSnapshot {
-    fn new(watches: usize) -> Self {
+    fn new() -> Self {
         Self {
             snapshot: RwLock::new(Snapshot::default()),
-            pending: AtomicUsize::new(watches),
+            // Each watch counts itself in as it is spawned.
+            pending: AtomicUsize::new(0),
             children_pending: AtomicUsize::new(CHILD_KINDS.len()),
             changed: Notify::new(),
         }
@@ -191,24 +192,25 @@ impl Observed for StatefulSet {
 pub fn start(client: &Client) -> Arc<SharedSnapshot> {
     let owned = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"));
     let all = watcher::Config::default();
-    let shared = Arc::new(SharedSnapshot::new(12));
+    let shared = Arc::new(SharedSnapshot::new());
     spawn::<Namespace>(Api::all(client.clone()), all.clone(), shared.clone());
     spawn::<Deployment>(Api::all(client.clone()), all.clone(), shared.clone());
     spawn::<StatefulSet>(Api::all(client.clone()), all.clone(), shared.clone());
-    spawn::<HorizontalPodAutoscaler>(Api::all(client.clone()), all, shared.clone());
+    spawn::<HorizontalPodAutoscaler>(Api::all(client.clone()), all.clone(), shared.clone());
     spawn::<ConfigMap>(Api::all(client.clone()), owned.clone(), shared.clone());
     spawn::<ResourceQuota>(Api::all(client.clone()), owned.clone(), shared.clone());
     spawn::<PriorityClass>(Api::all(client.clone()), owned, shared.clone());
     // What the layer audit reads.
-    spawn::<Node>(Api::all(client.clone()), watcher::Config::default(), shared.clone());
-    spawn::<Pod>(Api::all(client.clone()), watcher::Config::default(), shared.clone());
-    spawn::<Service>(Api::all(client.clone()), watcher::Config::default(), shared.clone());
-    spawn::<Endpoints>(Api::all(client.clone()), watcher::Config::default(), shared.clone());
-    spawn::<RuntimeClass>(Api::all(client.clone()), watcher::Config::default(), shared.clone());
+    spawn::<Node>(Api::all(client.clone()), all.clone(), shared.clone());
+    spawn::<Pod>(Api::all(client.clone()), all.clone(), shared.clone());
+    spawn::<Service>(Api::all(client.clone()), all.clone(), shared.clone());
+    spawn::<Endpoints>(Api::all(client.clone()), all.clone(), shared.clone());
+    spawn::<RuntimeClass>(Api::all(client.clone()), all, shared.clone());
     shared
 }
 
 fn spawn<K: Observed>(api: Api<K>, config: watcher::Config, shared: Arc<SharedSnapshot>) {
+    shared.pending.fetch_add(1, Ordering::AcqRel);
     tokio::spawn(async move {
         let kind = K::kind(&()).to_string();
         let mut stream = watcher(api, config).default_backoff().boxed();

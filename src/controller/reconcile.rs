@@ -66,19 +66,19 @@ async fn reconcile_bulkhead(bulkhead: &Bulkhead, ctx: &Context) -> Result<Action
     }
     ctx.metrics.record_plan(&name, &plan.capacity);
 
-    let (mut changes, remembered) = ctx.conflicts.skip_remembered(&name, changes);
+    let (mut changes, remembered) = ctx.refusals.skip_remembered(&name, changes);
     let mut apply_error = None;
     let outcome = if !plan.is_valid() {
         ApplyOutcome::NotApplied
     } else {
         match apply_changes(&ctx.client, &ctx.metrics, &name, &changes).await {
-            Ok(new_conflicts) => {
+            Ok(new_refusals) => {
                 // A refused placement was not applied: keep it out of the log and the Event.
                 changes.retain(|c| {
-                    !matches!(c, Change::PlaceWorkload(p) if new_conflicts.iter().any(|x| x.kind == p.kind && x.key == p.key))
+                    !matches!(c, Change::PlaceWorkload(p) if new_refusals.iter().any(|x| x.kind == p.kind && x.key == p.key))
                 });
-                let refusals: Vec<_> = remembered.into_iter().chain(new_conflicts).collect();
-                ctx.conflicts.replace(&name, &refusals);
+                let refusals: Vec<_> = remembered.into_iter().chain(new_refusals).collect();
+                ctx.refusals.replace(&name, &refusals);
                 let (conflicts, rejected): (Vec<_>, Vec<_>) = refusals.iter().partition(|c| c.conflict);
                 ApplyOutcome::Applied {
                     config_maps: usize::from(plan.config_map.is_some()),
@@ -170,7 +170,7 @@ async fn clean_up(meta: &kube::api::ObjectMeta, ctx: &Context) -> Result<Action,
     }
     let deletes = teardown(&name, &*ctx.snapshot.read().await);
     apply_changes(&ctx.client, &ctx.metrics, &name, &deletes).await?;
-    ctx.conflicts.replace(&name, &[]);
+    ctx.refusals.replace(&name, &[]);
     info!(bulkhead = %name, deleted = deletes.len(), "cleaned up; releasing the finalizer");
     set_finalizer(ctx, meta, false).await?;
     Ok(Action::await_change())

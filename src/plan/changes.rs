@@ -11,10 +11,15 @@ use k8s_openapi::{
 };
 use kube::api::ObjectMeta;
 
-use super::{claim_key, nodes::NodeChange, placement::WorkloadPlacement, Plan, POOL_CONFIG_KEY};
+use super::{
+    claim_key,
+    nodes::{node_change, NodeChange},
+    placement::WorkloadPlacement,
+    Plan, POOL_CONFIG_KEY,
+};
 use crate::{
     crd::BULKHEAD_LABEL,
-    snapshot::{LabelLookup, ObjectKey, Snapshot, WorkloadKind},
+    snapshot::{ObjectKey, Snapshot, WorkloadKind},
 };
 
 /// One write. Changes are listed in the order they must happen: PriorityClasses
@@ -61,7 +66,7 @@ pub fn changes(name: &str, plan: &Plan, snapshot: &Snapshot, names_workload: boo
         return Vec::new();
     }
     let mut out = Vec::new();
-    let ours = |m: &ObjectMeta| m.labels.as_ref().and_then(|l| l.get(BULKHEAD_LABEL)).is_some_and(|b| b == name);
+    let ours = |m: &ObjectMeta| made_by(m, name);
 
     let mut stale_priority_classes = Vec::new();
     for pc in &plan.priority_classes {
@@ -144,6 +149,11 @@ pub fn changes(name: &str, plan: &Plan, snapshot: &Snapshot, names_workload: boo
     }
     out.extend(stale_priority_classes);
     out
+}
+
+/// Whether an object carries the label of Bulkhead `name`.
+fn made_by(meta: &ObjectMeta, name: &str) -> bool {
+    meta.labels.as_ref().and_then(|l| l.get(BULKHEAD_LABEL)).is_some_and(|b| b == name)
 }
 
 /// Workloads that carry this Bulkhead's placement annotation.
@@ -233,7 +243,7 @@ pub fn nano_units(q: &str) -> Option<i128> {
 /// Everything a Bulkhead made, to delete when it goes: found by label, so
 /// cleanup needs neither a valid spec nor the garbage collector.
 pub fn teardown(name: &str, snapshot: &Snapshot) -> Vec<Change> {
-    let ours = |m: &ObjectMeta| m.labels.as_ref().and_then(|l| l.get(BULKHEAD_LABEL)).is_some_and(|b| b == name);
+    let ours = |m: &ObjectMeta| made_by(m, name);
     let config_maps = snapshot
         .config_maps
         .iter()
@@ -245,19 +255,8 @@ pub fn teardown(name: &str, snapshot: &Snapshot) -> Vec<Change> {
         .filter(|(_, rq)| ours(&rq.metadata))
         .map(|(k, _)| Change::DeleteQuota(k.clone()));
     let key = claim_key(name);
-    let nodes = snapshot
-        .nodes
-        .values()
-        .filter(|n| n.labels.label(&key).is_some() || n.taints.iter().any(|t| t.key == key))
-        .map(|n| {
-            Change::Node(NodeChange {
-                node: n.name.clone(),
-                resource_version: n.resource_version.clone(),
-                label_key: key.clone(),
-                class: None,
-                taints: super::merge_taints(&n.taints, &key, None),
-            })
-        });
+    // Every node with our label or taint is released.
+    let nodes = snapshot.nodes.values().filter_map(|n| node_change(n, &key, None)).map(Change::Node);
     let priority_classes = snapshot
         .priority_classes
         .iter()

@@ -23,12 +23,13 @@ use kube::ResourceExt;
 pub use changes::{changes, nano_units, teardown, Change};
 pub use capacity::{plan_capacity, CapacityPlan, ClassCapacity, Funding, Replicas};
 pub use errors::SpecError;
-pub use nodes::{claim_key, merge_taints, plan_node_groups, ClassNodes, NodeChange, NodeGroupPlan, CLAIM_EFFECT};
-pub use placement::{
-    desired_template, placement_annotation, placement_manager, plan_placement, withdrawal_body, AmbiguousWorkload,
-    PlacementPlan, WorkloadPlacement,
-};
-pub use priority::{class_priorities, places_workloads, priority_class_name, priority_classes, DEFAULT_PRIORITY};
+pub use nodes::{claim_key, merge_taints, ClassNodes, NodeChange, NodeGroupPlan, CLAIM_EFFECT};
+pub use placement::{placement_manager, withdrawal_body, AmbiguousWorkload, PlacementPlan, WorkloadPlacement};
+pub use priority::{places_workloads, priority_class_name};
+
+use nodes::plan_node_groups;
+use placement::plan_placement;
+use priority::priority_classes;
 pub use pool_config::{config_map_name, PoolClass, PoolConfig, POOL_CONFIG_KEY};
 pub use quotas::{quota_name, QuotaCollision};
 pub use selector::Matcher;

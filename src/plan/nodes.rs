@@ -217,7 +217,7 @@ fn classes_by_node<'a>(bulkhead: &'a Bulkhead, snapshot: &'a Snapshot) -> BTreeM
 }
 
 /// The write that gives `node` the claim `class` (or none), if it lacks it.
-fn node_change(node: &NodeInfo, key: &str, class: Option<&str>) -> Option<NodeChange> {
+pub(super) fn node_change(node: &NodeInfo, key: &str, class: Option<&str>) -> Option<NodeChange> {
     let label = node.labels.label(key);
     let taints: Vec<&Taint> = node.taints.iter().filter(|t| t.key == key).collect();
     let desired_taint = class.map(|c| our_taint(key, c));

@@ -33,7 +33,7 @@ pub fn placement_manager(bulkhead: &str) -> String {
     format!("bulkhead-placement-{bulkhead}")
 }
 
-pub fn placement_annotation(bulkhead: &str) -> String {
+fn placement_annotation(bulkhead: &str) -> String {
     format!("{PLACEMENT_ANNOTATION_PREFIX}{bulkhead}")
 }
 
@@ -99,8 +99,9 @@ pub fn plan_placement(bulkhead: &Bulkhead, snapshot: &Snapshot) -> PlacementPlan
     let mut ambiguous = Vec::new();
     for workload in snapshot.workloads.values() {
         let Some(ns) = snapshot.namespaces.get(&workload.namespace) else { continue };
+        let labels = without_ours(&workload.template_labels, &key);
         let mut matching = matchers.iter().enumerate().filter(|(_, m)| {
-            m.as_ref().is_some_and(|(nsm, podm)| nsm.matches(&ns.labels) && podm.matches(&without_ours(&workload.template_labels, &key)))
+            m.as_ref().is_some_and(|(nsm, podm)| nsm.matches(&ns.labels) && podm.matches(&labels))
         });
         let Some((first, _)) = matching.next() else { continue };
         let others: Vec<usize> = matching.map(|(i, _)| i).collect();
@@ -138,15 +139,12 @@ pub fn plan_placement(bulkhead: &Bulkhead, snapshot: &Snapshot) -> PlacementPlan
             up_to_date,
         });
     }
-    let ambiguous_keys: BTreeSet<String> = ambiguous.iter().map(|a| a.workload.clone()).collect();
+    // Placed before but no longer one class's (matched by none, or by two).
+    let placed: BTreeSet<(WorkloadKind, &ObjectKey)> = workloads.iter().map(|p| (p.kind, &p.key)).collect();
     let withdrawals = snapshot
         .workloads
         .iter()
-        .filter(|(_, w)| w.placed_by.contains_key(&name))
-        .filter(|((kind, key), _)| {
-            !workloads.iter().any(|p| p.kind == *kind && p.key == *key)
-                || ambiguous_keys.contains(&format!("{} {key}", kind.as_str()))
-        })
+        .filter(|((kind, key), w)| w.placed_by.contains_key(&name) && !placed.contains(&(*kind, key)))
         .map(|(k, _)| k.clone())
         .collect();
     let missing_runtime_classes = classes
@@ -166,7 +164,7 @@ fn without_ours(labels: &BTreeMap<String, String>, key: &str) -> BTreeMap<String
 }
 
 /// The template fields a class's pods get.
-pub fn desired_template(
+fn desired_template(
     bulkhead: &str,
     key: &str,
     class: &ClassSpec,

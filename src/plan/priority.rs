@@ -29,7 +29,7 @@ pub fn places_workloads(spec: &BulkheadSpec) -> bool {
 }
 
 /// The priority of every class, in spec order.
-pub fn class_priorities(spec: &BulkheadSpec) -> Vec<i32> {
+fn class_priorities(spec: &BulkheadSpec) -> Vec<i32> {
     let highest_other =
         spec.classes.iter().filter(|c| !c.critical).map(|c| c.priority.unwrap_or(DEFAULT_PRIORITY)).max();
     spec.classes
@@ -98,7 +98,7 @@ fn priority_class(bulkhead: &Bulkhead, name: &str, class: &ClassSpec, value: i32
     }
 }
 
-pub fn preemption_policy(critical: bool) -> &'static str {
+fn preemption_policy(critical: bool) -> &'static str {
     if critical {
         "PreemptLowerPriority"
     } else {

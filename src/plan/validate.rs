@@ -128,7 +128,7 @@ pub fn is_dns_label(s: &str) -> bool {
 
 /// A label key: an optional DNS-subdomain prefix and `/`, then a name of at
 /// most 63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric.
-pub fn is_qualified_name(s: &str) -> bool {
+fn is_qualified_name(s: &str) -> bool {
     let (prefix, name) = match s.rsplit_once('/') {
         Some((p, n)) => (Some(p), n),
         None => (None, s),

@@ -189,6 +189,18 @@ pub fn unique_suffix() -> String {
     format!("{:x}{}", nanos % 0xfffff, N.fetch_add(1, Ordering::Relaxed))
 }
 
+/// A condition of Bulkhead `name` as (status, reason, message), once its status
+/// describes the current generation.
+pub async fn condition(client: &Client, name: &str, type_: &str) -> Option<(String, String, String)> {
+    let bh = Api::<bulkhead::crd::Bulkhead>::all(client.clone()).get(name).await.ok()?;
+    let status = bh.status?;
+    if status.observed_generation != bh.metadata.generation {
+        return None;
+    }
+    let c = status.conditions.into_iter().find(|c| c.type_ == type_)?;
+    Some((c.status, c.reason, c.message))
+}
+
 /// Poll `check` until it returns Some or `timeout` passes; panics with `what`.
 pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
 where

@@ -10,7 +10,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::apply::PlacementConflict;
+use super::apply::PlacementRefusal;
 use crate::{
     plan::Change,
     snapshot::{ObjectKey, WorkloadKind},
@@ -22,13 +22,13 @@ pub const REJECTION_RETRY: Duration = Duration::from_secs(60);
 type Key = (WorkloadKind, ObjectKey);
 
 #[derive(Default)]
-pub struct ConflictMemory(Mutex<BTreeMap<String, BTreeMap<Key, (PlacementConflict, Instant)>>>);
+pub struct RefusalMemory(Mutex<BTreeMap<String, BTreeMap<Key, (PlacementRefusal, Instant)>>>);
 
-impl ConflictMemory {
+impl RefusalMemory {
     /// Drop the placements that would hit a remembered refusal again (same
     /// workload generation, same patch; a rejection only while it is recent);
     /// return them as still refused.
-    pub fn skip_remembered(&self, bulkhead: &str, changes: Vec<Change>) -> (Vec<Change>, Vec<PlacementConflict>) {
+    pub fn skip_remembered(&self, bulkhead: &str, changes: Vec<Change>) -> (Vec<Change>, Vec<PlacementRefusal>) {
         let memory = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let Some(known) = memory.get(bulkhead) else { return (changes, Vec::new()) };
         let mut still = Vec::new();
@@ -50,7 +50,7 @@ impl ConflictMemory {
 
     /// The refusals of a Bulkhead now; anything not listed is forgotten. A
     /// refusal already known keeps the time it was first seen.
-    pub fn replace(&self, bulkhead: &str, refusals: &[PlacementConflict]) {
+    pub fn replace(&self, bulkhead: &str, refusals: &[PlacementRefusal]) {
         let mut memory = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let previous = memory.remove(bulkhead).unwrap_or_default();
         if refusals.is_empty() {
@@ -88,8 +88,8 @@ mod tests {
         })
     }
 
-    fn refusal(name: &str, generation: i64, fingerprint: &str, conflict: bool) -> PlacementConflict {
-        PlacementConflict {
+    fn refusal(name: &str, generation: i64, fingerprint: &str, conflict: bool) -> PlacementRefusal {
+        PlacementRefusal {
             kind: WorkloadKind::Deployment,
             key: ObjectKey::new("shop", name),
             generation: Some(generation),
@@ -101,7 +101,7 @@ mod tests {
 
     #[test]
     fn a_remembered_refusal_is_skipped_until_the_workload_or_the_patch_changes() {
-        let memory = ConflictMemory::default();
+        let memory = RefusalMemory::default();
         memory.replace("shop", &[refusal("a", 1, "f1", true), refusal("b", 1, "f1", false)]);
         let planned = vec![placement("a", 1, "f1"), placement("b", 1, "f1"), placement("c", 1, "f1")];
         let (rest, still) = memory.skip_remembered("shop", planned);
