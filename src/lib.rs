@@ -8,5 +8,6 @@ pub mod controller;
 pub mod crd;
 pub mod offline;
 pub mod plan;
+pub mod pool_config;
 pub mod snapshot;
 pub mod status;

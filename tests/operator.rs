@@ -5,7 +5,7 @@ mod support;
 
 use std::time::Duration;
 
-use bulkhead::{crd::Bulkhead, plan::PoolConfig};
+use bulkhead::{crd::Bulkhead, pool_config::PoolConfig};
 use k8s_openapi::api::{
     apps::v1::Deployment,
     core::v1::{ConfigMap, ResourceQuota},

@@ -15,10 +15,11 @@ use super::{
     claim_key,
     nodes::{node_change, NodeChange},
     placement::WorkloadPlacement,
-    Plan, POOL_CONFIG_KEY,
+    Plan,
 };
 use crate::{
     crd::BULKHEAD_LABEL,
+    pool_config::POOL_CONFIG_KEY,
     snapshot::{ObjectKey, Snapshot, WorkloadKind},
 };
 

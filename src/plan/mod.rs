@@ -30,7 +30,7 @@ pub use priority::{places_workloads, priority_class_name};
 use nodes::plan_node_groups;
 use placement::plan_placement;
 use priority::priority_classes;
-pub use pool_config::{config_map_name, PoolClass, PoolConfig, POOL_CONFIG_KEY};
+pub use pool_config::config_map_name;
 pub use quotas::{quota_name, QuotaCollision};
 pub use selector::Matcher;
 pub use validate::{is_dns_label, validate};
@@ -38,6 +38,7 @@ pub use workload::{resolve as resolve_workload, WorkloadMatch};
 
 use crate::{
     crd::{Bulkhead, BULKHEAD_LABEL, CLASS_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE},
+    pool_config::PoolConfig,
     snapshot::{Labels, Snapshot},
 };
 

@@ -7,46 +7,12 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{api::ObjectMeta, Resource, ResourceExt};
-use serde::{Deserialize, Serialize};
 
 use super::capacity::CapacityPlan;
-use crate::crd::{Bulkhead, Scope};
-
-/// Key of the JSON document in the ConfigMap.
-pub const POOL_CONFIG_KEY: &str = "pools.json";
-
-/// Schema version of the JSON document; bump on incompatible change.
-pub const POOL_CONFIG_VERSION: u32 = 1;
-
-/// The JSON document (documented in the README).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PoolConfig {
-    pub version: u32,
-    pub bulkhead: String,
-    pub resource: String,
-    pub scope: Scope,
-    /// Replicas the fleet-wide numbers were divided by (1 for Instance).
-    pub divided_by: u32,
-    /// Units this replica may hand out in all.
-    pub capacity: u32,
-    /// Units any class may borrow beyond its floor, on this replica.
-    pub shared_surplus: u32,
-    /// What to do at a class's ceiling: always "reject" (never queue across classes).
-    pub on_ceiling: String,
-    pub classes: Vec<PoolClass>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PoolClass {
-    pub name: String,
-    /// Floor on this replica: held for this class alone.
-    pub reserved: u32,
-    /// Most this class may hold on this replica (floor + borrowed).
-    pub ceiling: u32,
-    pub critical: bool,
-}
+use crate::{
+    crd::Bulkhead,
+    pool_config::{PoolClass, PoolConfig, POOL_CONFIG_KEY, POOL_CONFIG_VERSION},
+};
 
 pub fn pool_config(bulkhead: &Bulkhead, capacity: &CapacityPlan) -> PoolConfig {
     PoolConfig {

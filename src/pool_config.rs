@@ -1,0 +1,175 @@
+//! The pool-config schema: the JSON document (`pools.json`) the operator
+//! writes into a ConfigMap and an enforcer (`bulkhead proxy`, or the tower
+//! Layer in process) reads. A leaf module: the proxy depends on nothing else
+//! of the operator.
+
+use serde::{Deserialize, Serialize};
+
+use crate::crd::Scope;
+
+/// Key of the JSON document in the ConfigMap (and its file name when mounted).
+pub const POOL_CONFIG_KEY: &str = "pools.json";
+
+/// Schema version of the JSON document; bump on incompatible change.
+pub const POOL_CONFIG_VERSION: u32 = 1;
+
+/// The JSON document (documented in the README).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolConfig {
+    pub version: u32,
+    pub bulkhead: String,
+    pub resource: String,
+    pub scope: Scope,
+    /// Replicas the fleet-wide numbers were divided by (1 for Instance).
+    pub divided_by: u32,
+    /// Units this replica may hand out in all.
+    pub capacity: u32,
+    /// Units any class may borrow beyond its floor, on this replica.
+    pub shared_surplus: u32,
+    /// What to do at a class's ceiling: always "reject" (never queue across classes).
+    pub on_ceiling: String,
+    pub classes: Vec<PoolClass>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolClass {
+    pub name: String,
+    /// Floor on this replica: held for this class alone.
+    pub reserved: u32,
+    /// Most this class may hold on this replica (floor + borrowed).
+    pub ceiling: u32,
+    pub critical: bool,
+}
+
+/// Why a pool config cannot be enforced; each names the field.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PoolConfigError {
+    #[error("version: {found} is not supported (this build reads version {POOL_CONFIG_VERSION})")]
+    Version { found: u32 },
+    #[error("onCeiling: {found:?} is not supported (only \"reject\": a bulkhead never queues)")]
+    OnCeiling { found: String },
+    #[error("classes: no class is defined")]
+    NoClasses,
+    #[error("classes[{index}].name: {name:?} appears twice")]
+    DuplicateClass { index: usize, name: String },
+    #[error("classes[{index}].name: must not be empty")]
+    EmptyName { index: usize },
+    #[error("capacity: the floors ({reserved}) plus sharedSurplus ({surplus}) exceed capacity {capacity}")]
+    OverCapacity { reserved: u64, surplus: u32, capacity: u32 },
+    #[error("classes[{index}].ceiling: {ceiling} is below the class's reserved floor {reserved}")]
+    CeilingBelowFloor { index: usize, ceiling: u32, reserved: u32 },
+    #[error("classes[{index}].ceiling: {ceiling} exceeds reserved {reserved} plus sharedSurplus {surplus}")]
+    CeilingAboveBorrowable { index: usize, ceiling: u32, reserved: u32, surplus: u32 },
+}
+
+impl PoolConfig {
+    /// The rules an enforcer relies on: every sum is exact (u64), so no
+    /// combination of u32 fields can wrap past a check.
+    pub fn validate(&self) -> Result<(), PoolConfigError> {
+        if self.version != POOL_CONFIG_VERSION {
+            return Err(PoolConfigError::Version { found: self.version });
+        }
+        if self.on_ceiling != "reject" {
+            return Err(PoolConfigError::OnCeiling { found: self.on_ceiling.clone() });
+        }
+        if self.classes.is_empty() {
+            return Err(PoolConfigError::NoClasses);
+        }
+        for (index, class) in self.classes.iter().enumerate() {
+            if class.name.is_empty() {
+                return Err(PoolConfigError::EmptyName { index });
+            }
+            if self.classes[..index].iter().any(|c| c.name == class.name) {
+                return Err(PoolConfigError::DuplicateClass { index, name: class.name.clone() });
+            }
+            if class.ceiling < class.reserved {
+                return Err(PoolConfigError::CeilingBelowFloor { index, ceiling: class.ceiling, reserved: class.reserved });
+            }
+            if u64::from(class.ceiling) > u64::from(class.reserved) + u64::from(self.shared_surplus) {
+                return Err(PoolConfigError::CeilingAboveBorrowable {
+                    index,
+                    ceiling: class.ceiling,
+                    reserved: class.reserved,
+                    surplus: self.shared_surplus,
+                });
+            }
+        }
+        let reserved: u64 = self.classes.iter().map(|c| u64::from(c.reserved)).sum();
+        if reserved + u64::from(self.shared_surplus) > u64::from(self.capacity) {
+            return Err(PoolConfigError::OverCapacity { reserved, surplus: self.shared_surplus, capacity: self.capacity });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn example() -> PoolConfig {
+        // The README's example pool: 40 + 30 + 10 + 5 reserved, 115 shared, 200 in all.
+        let class = |name: &str, reserved: u32, critical: bool| PoolClass {
+            name: name.into(),
+            reserved,
+            ceiling: reserved + 115,
+            critical,
+        };
+        PoolConfig {
+            version: POOL_CONFIG_VERSION,
+            bulkhead: "example".into(),
+            resource: "connections".into(),
+            scope: Scope::Instance,
+            divided_by: 1,
+            capacity: 200,
+            shared_surplus: 115,
+            on_ceiling: "reject".into(),
+            classes: vec![
+                class("checkout", 40, false),
+                class("search", 30, false),
+                class("reports", 10, false),
+                class("control-plane", 5, true),
+            ],
+        }
+    }
+
+    #[test]
+    fn the_example_pool_is_valid() {
+        assert_eq!(example().validate(), Ok(()));
+    }
+
+    #[test]
+    fn each_rule_names_its_field() {
+        let mut c = example();
+        c.version = 2;
+        assert!(c.validate().unwrap_err().to_string().starts_with("version:"));
+        let mut c = example();
+        c.capacity = 199;
+        assert!(matches!(c.validate(), Err(PoolConfigError::OverCapacity { reserved: 85, .. })));
+        let mut c = example();
+        c.classes[1].ceiling = 29;
+        assert!(c.validate().unwrap_err().to_string().starts_with("classes[1].ceiling:"));
+        let mut c = example();
+        c.classes[2].ceiling = 126;
+        assert!(matches!(c.validate(), Err(PoolConfigError::CeilingAboveBorrowable { index: 2, .. })));
+        let mut c = example();
+        c.classes[3].name = "search".into();
+        assert!(matches!(c.validate(), Err(PoolConfigError::DuplicateClass { index: 3, .. })));
+        let mut c = example();
+        c.on_ceiling = "queue".into();
+        assert!(c.validate().is_err());
+    }
+
+    #[test]
+    fn sums_do_not_wrap() {
+        let mut c = example();
+        c.capacity = u32::MAX;
+        c.shared_surplus = u32::MAX;
+        for class in &mut c.classes {
+            class.reserved = u32::MAX;
+            class.ceiling = u32::MAX;
+        }
+        assert!(matches!(c.validate(), Err(PoolConfigError::OverCapacity { .. })));
+    }
+}
