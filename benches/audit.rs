@@ -16,6 +16,7 @@ use std::{
 use bulkhead::{
     audit::{audit, AuditConfig},
     crd::{Bulkhead, Layer, LayerState},
+    select::Selection,
     snapshot::{NamespaceInfo, NodeInfo, ObjectKey, PodInfo, Snapshot},
 };
 use k8s_openapi::api::core::v1::Pod;
@@ -121,17 +122,33 @@ fn snapshot(nodes: usize) -> Snapshot {
             ("topology.kubernetes.io/zone".to_string(), format!("zone-{}", n % 3)),
         ];
         let labels = s.interner.labels(labels.iter().map(|(k, v)| (k, v)));
-        s.nodes.insert(format!("node-{n}"), NodeInfo { name: format!("node-{n}"), labels, taints: Vec::new(), schedulable: true, resource_version: None });
+        s.nodes.insert(
+            format!("node-{n}"),
+            NodeInfo {
+                name: format!("node-{n}"),
+                labels,
+                taints: Vec::new(),
+                schedulable: true,
+                resource_version: None,
+            },
+        );
     }
     for p in 0..nodes * PODS_PER_NODE {
         let ns = p % NAMESPACES;
         let class = ns % CLASSES;
-        let labels = [("app".to_string(), format!("app-{class}")), ("pod-template-hash".to_string(), "7d9c8b6f5".to_string())];
+        let labels =
+            [("app".to_string(), format!("app-{class}")), ("pod-template-hash".to_string(), "7d9c8b6f5".to_string())];
         let labels = s.interner.labels(labels.iter().map(|(k, v)| (k, v)));
         let node = s.interner.intern(&format!("node-{}", p % nodes));
         s.pods.insert(
             ObjectKey::new(format!("team-{ns}"), format!("app-{class}-{p}")),
-            PodInfo { labels, node: Some(node), runtime_class: None, ip: Some(format!("10.{}.{}.{}", p >> 16 & 255, p >> 8 & 255, p & 255).into()), finished: false },
+            PodInfo {
+                labels,
+                node: Some(node),
+                runtime_class: None,
+                ip: Some(format!("10.{}.{}.{}", p >> 16 & 255, p >> 8 & 255, p & 255).into()),
+                finished: false,
+            },
         );
     }
     s
@@ -149,7 +166,7 @@ fn time_audit(nodes: usize, runs: usize) -> (Duration, usize) {
     let mut samples = Vec::new();
     for _ in 0..runs {
         let t = Instant::now();
-        let a = audit(&bh, &snap, &config);
+        let a = audit(&Selection::parse(&bh), &snap, &config);
         samples.push(t.elapsed());
         std::hint::black_box(a);
     }
@@ -160,7 +177,15 @@ fn time_audit(nodes: usize, runs: usize) -> (Duration, usize) {
 /// versus whole deserialized Pods, for `count` pods.
 fn bytes_per_pod(count: usize) -> (f64, f64) {
     let raw: Vec<serde_json::Value> = (0..count)
-        .map(|i| realistic_pod(&format!("team-{}", i % NAMESPACES), &format!("api-7d9c8b6f5-{i:05}"), &format!("app-{}", i % CLASSES), &format!("node-{}", i % 1000), &format!("10.1.{}.{}", i / 256 % 256, i % 256)))
+        .map(|i| {
+            realistic_pod(
+                &format!("team-{}", i % NAMESPACES),
+                &format!("api-7d9c8b6f5-{i:05}"),
+                &format!("app-{}", i % CLASSES),
+                &format!("node-{}", i % 1000),
+                &format!("10.1.{}.{}", i / 256 % 256, i % 256),
+            )
+        })
         .collect();
 
     let before = LIVE.load(Ordering::Relaxed);
@@ -172,7 +197,10 @@ fn bytes_per_pod(count: usize) -> (f64, f64) {
     let before = LIVE.load(Ordering::Relaxed);
     let mut stored: BTreeMap<ObjectKey, PodInfo> = BTreeMap::new();
     for pod in &full {
-        let key = ObjectKey::new(pod.metadata.namespace.clone().unwrap_or_default(), pod.metadata.name.clone().unwrap_or_default());
+        let key = ObjectKey::new(
+            pod.metadata.namespace.clone().unwrap_or_default(),
+            pod.metadata.name.clone().unwrap_or_default(),
+        );
         stored.insert(key, PodInfo::from_pod(pod, &mut snap.interner));
     }
     let stored_bytes = LIVE.load(Ordering::Relaxed) - before;
@@ -185,7 +213,8 @@ fn main() {
     if !benching {
         // Smoke pass under `cargo test`: the synthetic cluster audits as designed.
         let snap = snapshot(50);
-        let a = audit(&bulkhead(), &snap, &AuditConfig::default());
+        let bh = bulkhead();
+        let a = audit(&Selection::parse(&bh), &snap, &AuditConfig::default());
         let state = |l: Layer| a.layers.iter().find(|x| x.name == l).map(|x| x.state);
         assert_eq!(state(Layer::Node), Some(LayerState::Shared), "round-robin pods share nodes");
         assert_eq!(state(Layer::Database), Some(LayerState::Shared), "c0 and c4 name the same database host");

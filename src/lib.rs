@@ -1,7 +1,11 @@
 //! bulkhead: partitioned capacity and verified isolation for Kubernetes.
 //!
-//! The core (`crd`, `snapshot`, `plan`) is pure and shared by the controller
-//! (`controller`) and the offline CLI (`offline`).
+//! Imports flow one way (`tests/architecture.rs` checks it):
+//! `crd → {pool_config, snapshot} → select → {plan, audit} → status →
+//! {controller, offline}`. Everything left of `controller` is pure and shared
+//! by the controller and the offline CLI.
+
+#![forbid(unsafe_code)]
 
 pub mod audit;
 pub mod controller;
@@ -9,5 +13,6 @@ pub mod crd;
 pub mod offline;
 pub mod plan;
 pub mod pool_config;
+pub mod select;
 pub mod snapshot;
 pub mod status;

@@ -3,11 +3,13 @@
 use std::{net::SocketAddr, path::PathBuf, process::ExitCode};
 
 use anyhow::Context as _;
-use clap::{Parser, Subcommand};
 use bulkhead::{
     audit::AuditConfig,
-    offline::{check_report, evaluate, load_files, plan_report, Input, OutputFormat, EXIT_INVALID_INPUT},
+    offline::{check_report, evaluate_all, load_files, plan_report, Input, OutputFormat, EXIT_INVALID_INPUT},
+    plan::{PlanConfig, DEFAULT_PROXY_IMAGE},
+    status::Config,
 };
+use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(name = "bulkhead", version, about = "Partitioned capacity and verified isolation for Kubernetes")]
@@ -36,7 +38,7 @@ enum Command {
         #[arg(long, default_value = "bulkhead-operator")]
         lease_name: String,
         #[command(flatten)]
-        audit: AuditArgs,
+        config: ConfigArgs,
     },
     /// Print the CustomResourceDefinition YAML.
     Crd,
@@ -48,7 +50,7 @@ enum Command {
         #[arg(short = 'o', long = "output", value_enum, default_value = "yaml")]
         output: OutputFormat,
         #[command(flatten)]
-        audit: AuditArgs,
+        config: ConfigArgs,
     },
     /// Offline: audit the layers the classes share; exit 0 isolated, 1 shared or
     /// unfundable, 2 only unverified with --strict, 3 bad input.
@@ -62,24 +64,30 @@ enum Command {
         #[arg(long)]
         strict: bool,
         #[command(flatten)]
-        audit: AuditArgs,
+        config: ConfigArgs,
     },
 }
 
-/// What the layer audit cannot learn from the API.
+/// What the planner and the layer audit cannot learn from the API.
 #[derive(clap::Args, Clone)]
-struct AuditArgs {
+struct ConfigArgs {
     /// RuntimeClass handlers that give a pod its own guest kernel (a trailing * matches a prefix).
     #[arg(long = "sandbox-handler", value_delimiter = ',', default_values_t = AuditConfig::default().sandbox_handlers)]
     sandbox_handlers: Vec<String>,
     /// Node label naming the machine (hypervisor) under a node; without it the Host layer is Unverified.
     #[arg(long)]
     host_label: Option<String>,
+    /// Image of the injected proxy sidecar when a Bulkhead names none (the chart sets its own image).
+    #[arg(long, env = "BULKHEAD_PROXY_IMAGE", default_value = DEFAULT_PROXY_IMAGE)]
+    proxy_image: String,
 }
 
-impl From<AuditArgs> for AuditConfig {
-    fn from(a: AuditArgs) -> Self {
-        AuditConfig { sandbox_handlers: a.sandbox_handlers, host_label: a.host_label }
+impl From<ConfigArgs> for Config {
+    fn from(a: ConfigArgs) -> Self {
+        Config {
+            plan: PlanConfig { proxy_image: a.proxy_image },
+            audit: AuditConfig { sandbox_handlers: a.sandbox_handlers, host_label: a.host_label },
+        }
     }
 }
 
@@ -92,10 +100,11 @@ enum LogFormat {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Run { metrics_addr, log_format, leader_elect, lease_namespace, lease_name, audit } => {
+        Command::Run { metrics_addr, log_format, leader_elect, lease_namespace, lease_name, config } => {
             init_tracing(log_format);
-            let lease = leader_elect.then_some(bulkhead::controller::LeaseRef { namespace: lease_namespace, name: lease_name });
-            match run(metrics_addr, lease, audit.into()) {
+            let lease =
+                leader_elect.then_some(bulkhead::controller::LeaseRef { namespace: lease_namespace, name: lease_name });
+            match run(metrics_addr, lease, config.into()) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!(error = format!("{e:#}"), "controller stopped");
@@ -107,8 +116,8 @@ fn main() -> ExitCode {
             print!("{}", bulkhead::crd::crd_yaml());
             ExitCode::SUCCESS
         }
-        Command::Plan { files, output, audit } => plan(&files, output, &audit.into()),
-        Command::Check { files, output, strict, audit } => check(&files, output, strict, &audit.into()),
+        Command::Plan { files, output, config } => plan(&files, output, &config.into()),
+        Command::Check { files, output, strict, config } => check(&files, output, strict, &config.into()),
     }
 }
 
@@ -126,14 +135,14 @@ fn init_tracing(format: LogFormat) {
 async fn run(
     metrics_addr: SocketAddr,
     leader_election: Option<bulkhead::controller::LeaseRef>,
-    audit: AuditConfig,
+    config: Config,
 ) -> anyhow::Result<()> {
     let client = kube::Client::try_default().await.context("no Kubernetes credentials (KUBECONFIG or in-cluster)")?;
     let options = bulkhead::controller::RunOptions {
         metrics_addr,
         instance: std::env::var("POD_NAME").ok(),
         leader_election,
-        audit,
+        config,
     };
     bulkhead::controller::run(client, options).await?;
     Ok(())
@@ -146,18 +155,21 @@ fn read_input(files: &[PathBuf]) -> Result<Input, ExitCode> {
         ExitCode::from(EXIT_INVALID_INPUT)
     })?;
     if input.bulkheads.is_empty() {
-        eprintln!("error: no Bulkhead in {}", files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(", "));
+        eprintln!(
+            "error: no Bulkhead in {}",
+            files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(", ")
+        );
         return Err(ExitCode::from(EXIT_INVALID_INPUT));
     }
     Ok(input)
 }
 
-fn plan(files: &[PathBuf], output: OutputFormat, audit: &AuditConfig) -> ExitCode {
+fn plan(files: &[PathBuf], output: OutputFormat, config: &Config) -> ExitCode {
     let input = match read_input(files) {
         Ok(input) => input,
         Err(code) => return code,
     };
-    let report = plan_report(&evaluate(&input, audit, &now()));
+    let report = plan_report(&evaluate_all(&input, config, &now()));
     if let Err(e) = print_list(&report.list, output) {
         eprintln!("error: {e:#}");
         return ExitCode::FAILURE;
@@ -165,15 +177,19 @@ fn plan(files: &[PathBuf], output: OutputFormat, audit: &AuditConfig) -> ExitCod
     for line in &report.summary {
         eprintln!("{line}");
     }
-    if report.invalid { ExitCode::from(EXIT_INVALID_INPUT) } else { ExitCode::SUCCESS }
+    if report.invalid {
+        ExitCode::from(EXIT_INVALID_INPUT)
+    } else {
+        ExitCode::SUCCESS
+    }
 }
 
-fn check(files: &[PathBuf], output: OutputFormat, strict: bool, audit: &AuditConfig) -> ExitCode {
+fn check(files: &[PathBuf], output: OutputFormat, strict: bool, config: &Config) -> ExitCode {
     let input = match read_input(files) {
         Ok(input) => input,
         Err(code) => return code,
     };
-    let report = check_report(&evaluate(&input, audit, &now()), strict);
+    let report = check_report(&evaluate_all(&input, config, &now()), strict);
     if let Err(e) = print_list(&report.list, output) {
         eprintln!("error: {e:#}");
         return ExitCode::FAILURE;

@@ -85,7 +85,11 @@ impl PoolConfig {
                 return Err(PoolConfigError::DuplicateClass { index, name: class.name.clone() });
             }
             if class.ceiling < class.reserved {
-                return Err(PoolConfigError::CeilingBelowFloor { index, ceiling: class.ceiling, reserved: class.reserved });
+                return Err(PoolConfigError::CeilingBelowFloor {
+                    index,
+                    ceiling: class.ceiling,
+                    reserved: class.reserved,
+                });
             }
             if u64::from(class.ceiling) > u64::from(class.reserved) + u64::from(self.shared_surplus) {
                 return Err(PoolConfigError::CeilingAboveBorrowable {
@@ -98,7 +102,11 @@ impl PoolConfig {
         }
         let reserved: u64 = self.classes.iter().map(|c| u64::from(c.reserved)).sum();
         if reserved + u64::from(self.shared_surplus) > u64::from(self.capacity) {
-            return Err(PoolConfigError::OverCapacity { reserved, surplus: self.shared_surplus, capacity: self.capacity });
+            return Err(PoolConfigError::OverCapacity {
+                reserved,
+                surplus: self.shared_surplus,
+                capacity: self.capacity,
+            });
         }
         Ok(())
     }

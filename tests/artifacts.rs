@@ -27,7 +27,10 @@ fn the_crd_is_structural_and_describes_every_field() {
                 if prop.get("description").is_none() {
                     missing.push(here.clone());
                 }
-                assert!(prop.get("type").is_some() || prop.get("x-kubernetes-int-or-string").is_some(), "{here} has no type");
+                assert!(
+                    prop.get("type").is_some() || prop.get("x-kubernetes-int-or-string").is_some(),
+                    "{here} has no type"
+                );
                 assert!(
                     !matches!(prop.get("format").and_then(|f| f.as_str()), Some(f) if f.starts_with("uint")),
                     "{here} keeps a non-OpenAPI format"
@@ -51,7 +54,13 @@ fn the_crd_is_structural_and_describes_every_field() {
 
 fn helm(args: &[&str]) -> String {
     let out = Command::new(root().join("tests/helm")).args(args).output().expect("tests/helm runs");
-    assert!(out.status.success(), "tests/helm {} failed:\n{}\n{}", args.join(" "), String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "tests/helm {} failed:\n{}\n{}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 

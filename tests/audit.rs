@@ -3,11 +3,17 @@
 use std::sync::Arc;
 
 use bulkhead::{
-    audit::{audit, host_of, isolated_condition, AuditConfig},
+    audit::{host_of, Audit, AuditConfig},
     crd::{Bulkhead, Layer, LayerState, LayerStatus},
+    select::Selection,
     snapshot::{EndpointsInfo, NamespaceInfo, NodeInfo, ObjectKey, PodInfo, RuntimeClassInfo, ServiceInfo, Snapshot},
-    status::Status,
+    status::{isolated_condition, ConditionStatus as Status},
 };
+
+/// The audit as the controller runs it: selectors parsed once, then audited.
+fn audit(bulkhead: &Bulkhead, snapshot: &Snapshot, config: &AuditConfig) -> Audit {
+    bulkhead::audit::audit(&Selection::parse(bulkhead), snapshot, config)
+}
 
 fn bulkhead(classes: &str, layers: &str) -> Bulkhead {
     serde_yaml::from_str(&format!(
@@ -35,10 +41,20 @@ impl Cluster {
     fn node(&mut self, name: &str, labels: &[(&str, &str)]) -> &mut Self {
         let labels: Vec<(String, String)> = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         let labels = self.0.interner.labels(labels.iter().map(|(k, v)| (k, v)));
-        self.0.nodes.insert(name.into(), NodeInfo { name: name.into(), labels, taints: Vec::new(), schedulable: true, resource_version: None });
+        self.0.nodes.insert(
+            name.into(),
+            NodeInfo { name: name.into(), labels, taints: Vec::new(), schedulable: true, resource_version: None },
+        );
         self
     }
-    fn pod(&mut self, name: &str, app: &str, node: Option<&str>, runtime_class: Option<&str>, ip: Option<&str>) -> &mut Self {
+    fn pod(
+        &mut self,
+        name: &str,
+        app: &str,
+        node: Option<&str>,
+        runtime_class: Option<&str>,
+        ip: Option<&str>,
+    ) -> &mut Self {
         let labels = [("app".to_string(), app.to_string())];
         let labels = self.0.interner.labels(labels.iter().map(|(k, v)| (k, v)));
         self.0.pods.insert(
@@ -59,7 +75,11 @@ impl Cluster {
             self.0.endpoints.insert(
                 ObjectKey::new("shop", name),
                 EndpointsInfo {
-                    backends: backends.iter().enumerate().map(|(i, ip)| (ip.to_string(), Some(format!("shop/{name}-{i}")))).collect(),
+                    backends: backends
+                        .iter()
+                        .enumerate()
+                        .map(|(i, ip)| (ip.to_string(), Some(format!("shop/{name}-{i}"))))
+                        .collect(),
                 },
             );
         }
@@ -124,7 +144,11 @@ fn a_sandboxed_runtime_class_separates_kernels_on_a_shared_node() {
     c.pod("checkout-1", "checkout", Some("n-1"), Some("kata"), None);
     c.pod("reports-1", "reports", Some("n-1"), None, None);
     assert_eq!(layer(&bh, &c, Layer::Node).state, LayerState::Shared);
-    assert_eq!(layer(&bh, &c, Layer::Kernel).state, LayerState::Separate, "kata-qemu gives checkout its own guest kernel");
+    assert_eq!(
+        layer(&bh, &c, Layer::Kernel).state,
+        LayerState::Separate,
+        "kata-qemu gives checkout its own guest kernel"
+    );
 
     c.pod("checkout-1", "checkout", Some("n-1"), Some("runc"), None);
     let kernel = layer(&bh, &c, Layer::Kernel);
@@ -132,7 +156,11 @@ fn a_sandboxed_runtime_class_separates_kernels_on_a_shared_node() {
     assert!(kernel.pairs[0].evidence[0].contains("node n-1 runs shop/checkout-1 and shop/reports-1 on its kernel"));
 
     c.pod("checkout-1", "checkout", Some("n-1"), Some("missing"), None);
-    assert_eq!(layer(&bh, &c, Layer::Kernel).state, LayerState::Unverified, "a RuntimeClass that does not exist proves nothing");
+    assert_eq!(
+        layer(&bh, &c, Layer::Kernel).state,
+        LayerState::Unverified,
+        "a RuntimeClass that does not exist proves nothing"
+    );
 }
 
 #[test]
@@ -144,7 +172,10 @@ fn nodes_without_zone_labels_make_the_zone_unverified() {
     c.pod("reports-1", "reports", Some("n-2"), None, None);
     let l = layer(&bh, &c, Layer::Zone);
     assert_eq!(l.state, LayerState::Unverified);
-    assert!(l.pairs[0].evidence.iter().any(|e| e.contains("node n-2 (running shop/reports-1) has no topology.kubernetes.io/zone label")));
+    assert!(l.pairs[0]
+        .evidence
+        .iter()
+        .any(|e| e.contains("node n-2 (running shop/reports-1) has no topology.kubernetes.io/zone label")));
 
     c.node("n-2", &[("topology.kubernetes.io/zone", "b")]);
     assert_eq!(layer(&bh, &c, Layer::Zone).state, LayerState::Separate);
@@ -187,7 +218,8 @@ fn overlapping_selectors_share_a_process() {
 #[test]
 fn classes_in_the_workloads_pods_share_its_process_by_declaration() {
     let mut bh = bulkhead("  - {name: checkout, reserved: 10}\n  - {name: search, reserved: 10}\n", "[Process]");
-    bh.spec.workload = Some(serde_yaml::from_str("{namespace: shop, selector: {matchLabels: {app: api}}}").expect("wl"));
+    bh.spec.workload =
+        Some(serde_yaml::from_str("{namespace: shop, selector: {matchLabels: {app: api}}}").expect("wl"));
     let c = Cluster::new();
     let l = layer(&bh, &c, Layer::Process);
     assert_eq!(l.state, LayerState::Shared);
@@ -214,7 +246,10 @@ fn two_services_with_different_names_and_the_same_backend_share_the_instance() {
     let mut c = Cluster::new();
     c.service("orders-db", ServiceInfo::default(), &["10.0.0.5"]);
     c.service("reporting-db", ServiceInfo::default(), &["10.0.0.5"]);
-    let bh = with_databases("postgres://orders-db.shop.svc:5432/orders", "postgres://reporting-db.shop.svc.cluster.local/reports");
+    let bh = with_databases(
+        "postgres://orders-db.shop.svc:5432/orders",
+        "postgres://reporting-db.shop.svc.cluster.local/reports",
+    );
     let l = layer(&bh, &c, Layer::Database);
     assert_eq!(l.state, LayerState::Shared);
     assert!(l.pairs[0].evidence[0].contains("backend 10.0.0.5"), "{:?}", l.pairs[0].evidence);
@@ -315,12 +350,17 @@ fn addresses_outside_the_cluster_are_unverified_never_separate() {
     assert_eq!(layer(&bh, &c, Layer::Database).state, LayerState::Shared, "one address, written two ways");
     // A Service whose hand-written Endpoints point outside the cluster.
     c.0.services.insert(ObjectKey::new("shop", "ext-a"), ServiceInfo::default());
-    c.0.endpoints.insert(ObjectKey::new("shop", "ext-a"), EndpointsInfo { backends: vec![("198.51.100.1".into(), None)] });
+    c.0.endpoints
+        .insert(ObjectKey::new("shop", "ext-a"), EndpointsInfo { backends: vec![("198.51.100.1".into(), None)] });
     c.service("pg", ServiceInfo::default(), &["10.0.0.9"]);
     let bh = with_databases("postgres://ext-a.shop.svc/a", "postgres://pg.shop.svc/b");
     let l = layer(&bh, &c, Layer::Database);
     assert_eq!(l.state, LayerState::Unverified);
-    assert!(l.pairs[0].evidence.iter().any(|e| e.contains("198.51.100.1, which is not a pod")), "{:?}", l.pairs[0].evidence);
+    assert!(
+        l.pairs[0].evidence.iter().any(|e| e.contains("198.51.100.1, which is not a pod")),
+        "{:?}",
+        l.pairs[0].evidence
+    );
 }
 
 #[test]

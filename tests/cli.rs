@@ -9,7 +9,11 @@ fn bulkhead(args: &[&str]) -> (i32, String, String) {
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("bulkhead runs");
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[test]
@@ -21,7 +25,12 @@ fn plan_prints_the_status_and_the_objects_it_would_write() {
     assert_eq!(list["kind"], "List");
     let items = list["items"].as_array().expect("items");
     let bh = items.iter().find(|i| i["kind"] == "Bulkhead").expect("the Bulkhead");
-    let funded = bh["status"]["conditions"].as_array().expect("conditions").iter().find(|c| c["type"] == "Funded").expect("Funded");
+    let funded = bh["status"]["conditions"]
+        .as_array()
+        .expect("conditions")
+        .iter()
+        .find(|c| c["type"] == "Funded")
+        .expect("Funded");
     assert_eq!(funded["status"], "True");
     assert_eq!(bh["status"]["classes"][0]["ceiling"], 110);
     assert_eq!(bh["status"]["classes"][0]["leftToOthers"], 90);
@@ -39,7 +48,8 @@ fn plan_reads_kubectl_lists_and_prints_yaml() {
         "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Namespace\n  metadata: {name: shop}\n",
     )
     .expect("write");
-    let (code, out, err) = bulkhead(&["plan", "-f", list.to_str().expect("path"), "-f", "examples/control-plane-lane.yaml"]);
+    let (code, out, err) =
+        bulkhead(&["plan", "-f", list.to_str().expect("path"), "-f", "examples/control-plane-lane.yaml"]);
     assert_eq!(code, 0, "{err}");
     let list: serde_yaml::Value = serde_yaml::from_str(&out).expect("YAML");
     assert_eq!(list["kind"].as_str(), Some("List"));
@@ -114,7 +124,12 @@ fn check_exits_0_when_every_required_layer_is_separate() {
     assert_eq!(code, 0, "{err}");
     let list: serde_json::Value = serde_json::from_str(&out).expect("JSON");
     let status = &list["items"][0]["status"];
-    let isolated = status["conditions"].as_array().expect("conditions").iter().find(|c| c["type"] == "Isolated").expect("Isolated");
+    let isolated = status["conditions"]
+        .as_array()
+        .expect("conditions")
+        .iter()
+        .find(|c| c["type"] == "Isolated")
+        .expect("Isolated");
     assert_eq!(isolated["status"], "True");
     let node = status["layers"].as_array().expect("layers").iter().find(|l| l["name"] == "Node").expect("Node");
     assert_eq!(node["state"], "Separate");
@@ -146,7 +161,8 @@ fn check_warns_on_unverified_and_exits_2_only_with_strict() {
 
 #[test]
 fn check_exits_1_for_an_unfundable_design_and_3_for_bad_input() {
-    let (code, _, err) = bulkhead(&["check", "-f", "examples/cluster/shop.yaml", "-f", "examples/four-dependencies.yaml"]);
+    let (code, _, err) =
+        bulkhead(&["check", "-f", "examples/cluster/shop.yaml", "-f", "examples/four-dependencies.yaml"]);
     assert_eq!(code, 1, "the example's classes share the api process: {err}");
     let dir = tempfile::tempdir().expect("tempdir");
     let f = dir.path().join("unfunded.yaml");
@@ -175,7 +191,12 @@ fn plan_shows_node_claims_taints_and_workload_patches() {
     assert_eq!(code, 0, "{err}");
     assert!(err.contains("class checkout holds 2 of 2 node(s): n1, n2"), "{err}");
     assert!(err.contains("class reports holds 2 of 2 node(s): n3, n4"), "{err}");
-    assert!(err.contains("would claim Node n1 for class checkout (label and taint bulkhead.dev/placement=checkout:NoSchedule)"), "{err}");
+    assert!(
+        err.contains(
+            "would claim Node n1 for class checkout (label and taint bulkhead.dev/placement=checkout:NoSchedule)"
+        ),
+        "{err}"
+    );
     assert!(err.contains("would place Deployment storefront/admin in class admin"), "{err}");
     assert!(err.contains("would apply PriorityClass bulkhead-placement.admin (value 1000)"), "{err}");
     let list: serde_json::Value = serde_json::from_str(&out).expect("JSON list");

@@ -88,8 +88,7 @@ async fn the_real_scheduler_binds_a_deployments_pods_to_fake_nodes() {
         let pods = pods.clone();
         async move {
             let list = pods.list(&ListParams::default().labels("app=web")).await.ok()?;
-            let nodes: Vec<String> =
-                list.items.iter().filter_map(|p| p.spec.as_ref()?.node_name.clone()).collect();
+            let nodes: Vec<String> = list.items.iter().filter_map(|p| p.spec.as_ref()?.node_name.clone()).collect();
             (nodes.len() == 3 && list.items.len() == 3).then_some(nodes)
         }
     })

@@ -9,7 +9,10 @@ use std::time::Duration;
 use bulkhead::crd::Bulkhead;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
-use support::{operator::{Operator, NAMESPACE}, unique_suffix, wait_for, ControlPlane};
+use support::{
+    operator::{Operator, NAMESPACE},
+    unique_suffix, wait_for, ControlPlane,
+};
 
 fn bulkhead_yaml(name: &str) -> String {
     format!(

@@ -10,7 +10,10 @@ use k8s_openapi::api::{
     apps::v1::Deployment,
     core::v1::{ConfigMap, ResourceQuota},
 };
-use kube::{api::{Api, ListParams, Patch, PatchParams}, Client};
+use kube::{
+    api::{Api, ListParams, Patch, PatchParams},
+    Client,
+};
 use serde_json::json;
 use support::{audit, condition, operator::Operator, unique_suffix, wait_for, ControlPlane, TestNamespace};
 
@@ -218,7 +221,10 @@ async fn an_unfundable_bulkhead_says_why_and_the_others_keep_working() {
 
     let (reason, message) = wait_condition(&client, &bad, "Funded", "False").await;
     assert_eq!(reason, "Unfundable");
-    assert!(message.contains("reserved 100 + 50 = 150, plus shared surplus 80, is 230: 30 more than the capacity of 200"), "{message}");
+    assert!(
+        message.contains("reserved 100 + 50 = 150, plus shared surplus 80, is 230: 30 more than the capacity of 200"),
+        "{message}"
+    );
     let (reason, _) = wait_condition(&client, &bad, "Ready", "False").await;
     assert_eq!(reason, "NotFunded");
     assert!(pool_config(&client, &ns.name, &bad).await.is_none(), "no config for an unfunded design");
@@ -234,9 +240,19 @@ async fn a_bulkhead_the_types_cannot_read_is_reported_and_does_not_stall_others(
     let client = cp.client().await;
     let broken = format!("broken-{}", unique_suffix());
     // The schema says "integer >= 0"; 2^33 passes it but not the u32 it maps to.
-    cp.apply_yaml(&bulkhead_yaml(&broken, "Tenant", "{resource: connections, capacity: 8589934592}", "  classes: [{name: a, reserved: 1}]\n"));
+    cp.apply_yaml(&bulkhead_yaml(
+        &broken,
+        "Tenant",
+        "{resource: connections, capacity: 8589934592}",
+        "  classes: [{name: a, reserved: 1}]\n",
+    ));
     let fine = format!("fine-{}", unique_suffix());
-    cp.apply_yaml(&bulkhead_yaml(&fine, "Tenant", "{resource: connections, capacity: 10}", "  classes: [{name: a, reserved: 1, critical: true}]\n"));
+    cp.apply_yaml(&bulkhead_yaml(
+        &fine,
+        "Tenant",
+        "{resource: connections, capacity: 10}",
+        "  classes: [{name: a, reserved: 1, critical: true}]\n",
+    ));
     // Read it untyped: the typed client cannot decode it either.
     let cp_ = cp;
     let (reason, message) = wait_for("broken: Ready=False", SETTLE, || async {
@@ -266,7 +282,10 @@ async fn planner_rules_the_schema_cannot_state_are_reported_with_the_field() {
     ));
     let (reason, message) = wait_condition(&client, &name, "Ready", "False").await;
     assert_eq!(reason, "InvalidSpec");
-    assert!(message.contains("spec.classes[0].ceiling: 150 exceeds reserved + sharedSurplus (30 + 80 = 110)"), "{message}");
+    assert!(
+        message.contains("spec.classes[0].ceiling: 150 exceeds reserved + sharedSurplus (30 + 80 = 110)"),
+        "{message}"
+    );
     cp.kubectl(&["delete", "bulkhead", &name]);
 }
 
@@ -278,17 +297,26 @@ fn the_schema_rejects_bad_names_and_duplicate_classes() {
         let (ok, _, err) = cp.try_apply_yaml(yaml);
         (ok, err)
     };
-    let (ok, err) = attempt(
-        &bulkhead_yaml("badname", "Tenant", "{resource: connections, capacity: 10}", "  classes: [{name: Bad_Name, reserved: 1}]\n"),
-    );
+    let (ok, err) = attempt(&bulkhead_yaml(
+        "badname",
+        "Tenant",
+        "{resource: connections, capacity: 10}",
+        "  classes: [{name: Bad_Name, reserved: 1}]\n",
+    ));
     assert!(!ok && err.contains("spec.classes.name"), "{err}");
-    let (ok, err) = attempt(
-        &bulkhead_yaml("dupes", "Tenant", "{resource: connections, capacity: 10}", "  classes: [{name: a, reserved: 1}, {name: a, reserved: 2}]\n"),
-    );
+    let (ok, err) = attempt(&bulkhead_yaml(
+        "dupes",
+        "Tenant",
+        "{resource: connections, capacity: 10}",
+        "  classes: [{name: a, reserved: 1}, {name: a, reserved: 2}]\n",
+    ));
     assert!(!ok && err.contains("Duplicate value"), "{err}");
-    let (ok, err) = attempt(
-        &bulkhead_yaml("negative", "Sideways", "{resource: connections, capacity: -1}", "  classes: [{name: a, reserved: 1}]\n"),
-    );
+    let (ok, err) = attempt(&bulkhead_yaml(
+        "negative",
+        "Sideways",
+        "{resource: connections, capacity: -1}",
+        "  classes: [{name: a, reserved: 1}]\n",
+    ));
     assert!(!ok && err.contains("spec.dimension") && err.contains("spec.pool.capacity"), "{err}");
 }
 
@@ -302,7 +330,8 @@ async fn two_quotas_in_one_namespace_are_reported_instead_of_written() {
     let (reason, message) = wait_condition(&client, &name, "QuotasScoped", "False").await;
     assert_eq!(reason, "QuotaNamespaceShared");
     assert!(message.contains(&format!("namespace {} is selected by the quotas of a and b", ns.name)), "{message}");
-    let quotas = Api::<ResourceQuota>::namespaced(client.clone(), &ns.name).list(&ListParams::default()).await.expect("list");
+    let quotas =
+        Api::<ResourceQuota>::namespaced(client.clone(), &ns.name).list(&ListParams::default()).await.expect("list");
     assert!(quotas.items.is_empty(), "no misleading quota written");
     cp.kubectl(&["delete", "bulkhead", &name]);
 }
@@ -474,7 +503,13 @@ spec:
     .await;
     assert!(message.contains(&format!("Node shared by checkout and reports: node {node_a} runs")), "{message}");
     let bh = bulkheads.get(&name).await.expect("bulkhead");
-    let node_layer = bh.status.expect("status").layers.into_iter().find(|l| l.name == bulkhead::crd::Layer::Node).expect("Node layer");
+    let node_layer = bh
+        .status
+        .expect("status")
+        .layers
+        .into_iter()
+        .find(|l| l.name == bulkhead::crd::Layer::Node)
+        .expect("Node layer");
     assert_eq!(node_layer.state, bulkhead::crd::LayerState::Shared);
 
     // Move reports away: a second node, the first cordoned, reports' pods recreated.
@@ -489,7 +524,10 @@ spec:
         assert!(std::time::Instant::now() < deadline, "Isolated did not turn True after reports moved");
         if bound_at.is_none() {
             let list = pods.list(&ListParams::default().labels("app=reports")).await.expect("list pods");
-            let on_b = list.items.iter().filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node_b.as_str()));
+            let on_b = list
+                .items
+                .iter()
+                .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node_b.as_str()));
             if list.items.len() == 2 && on_b.count() == 2 {
                 bound_at = Some(std::time::Instant::now());
             }
@@ -537,7 +575,8 @@ async fn an_object_of_the_same_name_made_by_someone_else_is_not_taken_over() {
     assert_eq!(reason, "ApplyFailed");
     assert!(message.contains("not taking it over"), "{message}");
     cp.kubectl(&["delete", "bulkhead", &name, "--timeout=30s"]);
-    let cm = Api::<ConfigMap>::namespaced(client, &ns.name).get(&format!("bulkhead-{name}")).await.expect("still there");
+    let cm =
+        Api::<ConfigMap>::namespaced(client, &ns.name).get(&format!("bulkhead-{name}")).await.expect("still there");
     assert_eq!(cm.data.and_then(|d| d.get("mine").cloned()).as_deref(), Some("yes"), "their ConfigMap is untouched");
-    assert!(cm.metadata.labels.unwrap_or_default().get("bulkhead.dev/bulkhead").is_none());
+    assert!(!cm.metadata.labels.unwrap_or_default().contains_key("bulkhead.dev/bulkhead"));
 }

@@ -6,15 +6,24 @@ use std::collections::BTreeMap;
 
 use bulkhead::{
     crd::Bulkhead,
-    plan::{changes, merge_taints, plan, teardown, Change, NodeChange, Plan},
-    snapshot::{NamespaceInfo, NodeInfo, Snapshot, Workload},
+    plan::{changes, merge_taints, teardown, Change, NodeChange, Plan, PlanConfig},
+    select::Selection,
+    snapshot::{NamespaceInfo, Snapshot},
     status::{build_status, ApplyOutcome, NODE_GROUPS_READY, PLACED, QUOTAS_SCOPED},
 };
 use k8s_openapi::{
-    api::{apps::v1::Deployment, core::v1::{Node, Taint}},
+    api::{
+        apps::v1::Deployment,
+        core::v1::{Node, Taint},
+    },
     apimachinery::pkg::apis::meta::v1::Time,
 };
 use serde_json::{json, Value};
+
+/// The planner as the controller runs it: selectors parsed once, then planned.
+fn plan(bulkhead: &Bulkhead, snapshot: &Snapshot) -> Plan {
+    bulkhead::plan::plan(&Selection::parse(bulkhead), snapshot, &PlanConfig::default())
+}
 
 const KEY: &str = "bulkhead.dev/shop";
 
@@ -110,19 +119,13 @@ impl Cluster {
             NamespaceInfo { name: "shop".into(), labels: [("team".into(), "shop".into())].into(), terminating: false },
         );
         for v in self.nodes.values() {
-            let node: Node = serde_json::from_value(v.clone()).expect("node");
-            let info = NodeInfo::from_node(&node, &mut s.interner);
-            s.nodes.insert(info.name.clone(), info);
+            s.apply(&serde_json::from_value::<Node>(v.clone()).expect("node"));
         }
         for v in self.pods.values() {
-            let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(v.clone()).expect("pod");
-            let info = bulkhead::snapshot::PodInfo::from_pod(&pod, &mut s.interner);
-            s.pods.insert(bulkhead::snapshot::ObjectKey::new("shop", pod.metadata.name.clone().unwrap_or_default()), info);
+            s.apply(&serde_json::from_value::<k8s_openapi::api::core::v1::Pod>(v.clone()).expect("pod"));
         }
         for v in self.deployments.values() {
-            let d: Deployment = serde_json::from_value(v.clone()).expect("deployment");
-            let w = Workload::from(&d);
-            s.workloads.insert((w.kind, bulkhead::snapshot::ObjectKey::new(&w.namespace, &w.name)), w);
+            s.apply(&serde_json::from_value::<Deployment>(v.clone()).expect("deployment"));
         }
         s
     }
@@ -140,7 +143,8 @@ impl Cluster {
                         }
                     }
                     node["spec"]["taints"] = json!(n.taints);
-                    let rv: u64 = node["metadata"]["resourceVersion"].as_str().and_then(|r| r.parse().ok()).unwrap_or(0);
+                    let rv: u64 =
+                        node["metadata"]["resourceVersion"].as_str().and_then(|r| r.parse().ok()).unwrap_or(0);
                     node["metadata"]["resourceVersion"] = json!((rv + 1).to_string());
                 }
                 Change::PlaceWorkload(p) => {
@@ -256,12 +260,22 @@ fn a_lost_node_is_replaced_and_an_unready_one_released_and_replaced() {
 #[test]
 fn nodes_of_other_classes_and_bulkheads_are_never_taken_and_a_shortfall_is_reported() {
     let mut cluster = Cluster::default();
-    cluster.node("node-1", json!({"pool": "general", "bulkhead.dev/other": "x"}), json!([{"key": "bulkhead.dev/other", "value": "x", "effect": "NoSchedule"}]), true);
+    cluster.node(
+        "node-1",
+        json!({"pool": "general", "bulkhead.dev/other": "x"}),
+        json!([{"key": "bulkhead.dev/other", "value": "x", "effect": "NoSchedule"}]),
+        true,
+    );
     // A claim someone half-removed (label without its taint) is still a claim.
     cluster.node("node-0", json!({"pool": "general", "bulkhead.dev/half": "x"}), json!([]), true);
     // A label under another prefix is no claim.
     cluster.node("node-6", json!({"pool": "general", "test.bulkhead.dev/fake-node": "true"}), json!([]), true);
-    cluster.node("node-2", json!({"pool": "general"}), json!([{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]), true);
+    cluster.node(
+        "node-2",
+        json!({"pool": "general"}),
+        json!([{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]),
+        true,
+    );
     cluster.node("node-3", json!({"pool": "general"}), json!([]), false);
     cluster.node("node-4", json!({"pool": "general"}), json!([]), true);
     cluster.node("node-5", json!({"pool": "general"}), json!([]), true);
@@ -301,10 +315,17 @@ fn a_claim_is_kept_when_someone_else_taints_the_node() {
     cluster.apply(&changes("shop", &plan(&bh, &cluster.snapshot()), &cluster.snapshot(), false));
     // The kubelet reports memory pressure on node-1.
     let mut node1 = cluster.nodes["node-1"].clone();
-    node1["spec"]["taints"].as_array_mut().expect("taints").push(json!({"key": "node.kubernetes.io/memory-pressure", "effect": "NoSchedule"}));
+    node1["spec"]["taints"]
+        .as_array_mut()
+        .expect("taints")
+        .push(json!({"key": "node.kubernetes.io/memory-pressure", "effect": "NoSchedule"}));
     cluster.nodes.insert("node-1".into(), node1);
     let p = plan(&bh, &cluster.snapshot());
-    assert_eq!(claimed(&p, "checkout"), ["node-1", "node-2"], "the claim stays; releasing it would let other classes in");
+    assert_eq!(
+        claimed(&p, "checkout"),
+        ["node-1", "node-2"],
+        "the claim stays; releasing it would let other classes in"
+    );
     assert!(p.node_groups.changes.is_empty(), "{:?}", p.node_groups.changes);
 
     // A NoExecute taint evicts the class's pods: the node no longer serves it and is replaced.
@@ -317,10 +338,8 @@ fn a_claim_is_kept_when_someone_else_taints_the_node() {
 
 #[test]
 fn taint_merging_keeps_others_taints_and_changes_only_ours() {
-    let others = vec![
-        taint("node.kubernetes.io/unreachable", "", "NoExecute"),
-        taint("dedicated", "db", "PreferNoSchedule"),
-    ];
+    let others =
+        vec![taint("node.kubernetes.io/unreachable", "", "NoExecute"), taint("dedicated", "db", "PreferNoSchedule")];
     let mut with_ours = others.clone();
     with_ours.push(taint(KEY, "reports", "NoSchedule"));
     // Claim: ours appended, others untouched.
@@ -343,13 +362,21 @@ fn taint_merging_keeps_others_taints_and_changes_only_ours() {
 #[test]
 fn teardown_releases_exactly_our_nodes_keeping_other_taints() {
     let mut cluster = Cluster::with_nodes(&["node-1", "node-2", "node-3", "node-4", "node-5"]);
-    cluster.node("node-6", json!({"pool": "general", "bulkhead.dev/other": "x"}), json!([{"key": "bulkhead.dev/other", "value": "x", "effect": "NoSchedule"}]), true);
+    cluster.node(
+        "node-6",
+        json!({"pool": "general", "bulkhead.dev/other": "x"}),
+        json!([{"key": "bulkhead.dev/other", "value": "x", "effect": "NoSchedule"}]),
+        true,
+    );
     let bh = shop();
     let p = plan(&bh, &cluster.snapshot());
     cluster.apply(&changes("shop", &p, &cluster.snapshot(), false));
     // Someone adds a taint of their own to a claimed node.
     let mut node1 = cluster.nodes["node-1"].clone();
-    node1["spec"]["taints"].as_array_mut().expect("taints").insert(0, json!({"key": "maintenance", "value": "soon", "effect": "PreferNoSchedule"}));
+    node1["spec"]["taints"]
+        .as_array_mut()
+        .expect("taints")
+        .insert(0, json!({"key": "maintenance", "value": "soon", "effect": "PreferNoSchedule"}));
     cluster.nodes.insert("node-1".into(), node1);
 
     let down = teardown("shop", &cluster.snapshot());
@@ -359,10 +386,17 @@ fn teardown_releases_exactly_our_nodes_keeping_other_taints() {
     assert!(released.iter().all(|n| n.class.is_none()));
     assert_eq!(released[0].taints, vec![taint("maintenance", "soon", "PreferNoSchedule")]);
     cluster.apply(&down);
-    assert_eq!(cluster.nodes["node-6"]["metadata"]["labels"]["bulkhead.dev/other"], "x", "another Bulkhead's claim stays");
+    assert_eq!(
+        cluster.nodes["node-6"]["metadata"]["labels"]["bulkhead.dev/other"], "x",
+        "another Bulkhead's claim stays"
+    );
     for n in ["node-2", "node-3", "node-4", "node-5"] {
         let node = &cluster.nodes[n];
-        assert_eq!(node["metadata"]["labels"], json!({"pool": "general", "kubernetes.io/hostname": n}), "{n}'s labels are as they were");
+        assert_eq!(
+            node["metadata"]["labels"],
+            json!({"pool": "general", "kubernetes.io/hostname": n}),
+            "{n}'s labels are as they were"
+        );
         assert_eq!(node["spec"]["taints"], json!([]), "{n}'s taints are as they were");
     }
 }
@@ -381,17 +415,27 @@ fn the_workload_patch_carries_class_label_affinity_toleration_anti_affinity_runt
     let p = plan(&bh, &cluster.snapshot());
     let all = changes("shop", &p, &cluster.snapshot(), false);
     let placed = place_changes(&all);
-    assert_eq!(placed.iter().map(|p| p.key.name.as_str()).collect::<Vec<_>>(), ["admin", "checkout"], "the unrelated Deployment is not touched");
+    assert_eq!(
+        placed.iter().map(|p| p.key.name.as_str()).collect::<Vec<_>>(),
+        ["admin", "checkout"],
+        "the unrelated Deployment is not touched"
+    );
 
     let checkout = placed.iter().find(|p| p.key.name == "checkout").expect("checkout").body.clone();
-    assert_eq!(checkout["metadata"], json!({"name": "checkout", "namespace": "shop", "annotations": {"placement.bulkhead.dev/shop": placed[1].fingerprint}}));
+    assert_eq!(
+        checkout["metadata"],
+        json!({"name": "checkout", "namespace": "shop", "annotations": {"placement.bulkhead.dev/shop": placed[1].fingerprint}})
+    );
     let tpl = &checkout["spec"]["template"];
     assert_eq!(tpl["metadata"]["labels"], json!({KEY: "checkout"}));
     assert_eq!(
         tpl["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"],
         json!([{"matchExpressions": [{"key": KEY, "operator": "In", "values": ["checkout"]}]}])
     );
-    assert_eq!(tpl["spec"]["tolerations"], json!([{"key": KEY, "operator": "Equal", "value": "checkout", "effect": "NoSchedule"}]));
+    assert_eq!(
+        tpl["spec"]["tolerations"],
+        json!([{"key": KEY, "operator": "Equal", "value": "checkout", "effect": "NoSchedule"}])
+    );
     assert_eq!(
         tpl["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"],
         json!([{
@@ -402,7 +446,10 @@ fn the_workload_patch_carries_class_label_affinity_toleration_anti_affinity_runt
     );
     assert_eq!(tpl["spec"]["runtimeClassName"], "kata");
     assert_eq!(tpl["spec"]["priorityClassName"], "bulkhead-shop.checkout");
-    assert!(checkout["spec"].get("replicas").is_none() && tpl["spec"].get("containers").is_none(), "only placement's fields are applied");
+    assert!(
+        checkout["spec"].get("replicas").is_none() && tpl["spec"].get("containers").is_none(),
+        "only placement's fields are applied"
+    );
 
     // The critical class without a group tolerates every group and prefers free nodes.
     let admin = &placed.iter().find(|p| p.key.name == "admin").expect("admin").body["spec"]["template"]["spec"];
@@ -473,8 +520,9 @@ fn workloads_that_stop_matching_or_match_two_classes_are_withdrawn_or_left_alone
 
     // A workload two classes match is left alone and reported.
     let mut both = shop();
-    both.spec.classes[1].pods.as_mut().expect("pods").pod_selector =
-        Some(serde_json::from_value(json!({"matchExpressions": [{"key": "app", "operator": "Exists"}]})).expect("selector"));
+    both.spec.classes[1].pods.as_mut().expect("pods").pod_selector = Some(
+        serde_json::from_value(json!({"matchExpressions": [{"key": "app", "operator": "Exists"}]})).expect("selector"),
+    );
     let mut cluster = Cluster::with_nodes(&["node-1", "node-2", "node-3", "node-4"]);
     cluster.deployment("checkout", "checkout");
     let p = plan(&both, &cluster.snapshot());
@@ -494,22 +542,33 @@ fn a_placement_conflict_is_a_condition_naming_workload_field_and_manager() {
         quotas: 0,
         conflicts: vec!["Deployment shop/checkout: Apply failed with 1 conflict: conflict with \"gitops\": .spec.template.spec.affinity".into()],
         rejected: Vec::new(),
+        proxy_refused: Vec::new(),
     };
     let (status, reason, message) = condition(&bh, &p, &outcome, PLACED);
     assert_eq!((status.as_str(), reason.as_str()), ("False", "PlacementConflict"));
-    assert!(message.contains("Deployment shop/checkout") && message.contains("\"gitops\"") && message.contains(".spec.template.spec.affinity"), "{message}");
+    assert!(
+        message.contains("Deployment shop/checkout")
+            && message.contains("\"gitops\"")
+            && message.contains(".spec.template.spec.affinity"),
+        "{message}"
+    );
 
     let rejected = ApplyOutcome::Applied {
         config_maps: 0,
         quotas: 0,
         conflicts: Vec::new(),
         rejected: vec!["Deployment shop/reports: admission webhook \"policy\" denied the request".into()],
+        proxy_refused: Vec::new(),
     };
     let (status, reason, message) = condition(&bh, &p, &rejected, PLACED);
     assert_eq!((status.as_str(), reason.as_str()), ("False", "PlacementRejected"));
     assert!(message.contains("Deployment shop/reports: admission webhook"), "{message}");
     let (status, reason, _) = condition(&bh, &p, &ApplyOutcome::Failed("boom".into()), PLACED);
-    assert_eq!((status.as_str(), reason.as_str()), ("Unknown", "ApplyFailed"), "a stopped apply does not claim placement");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("Unknown", "ApplyFailed"),
+        "a stopped apply does not claim placement"
+    );
 }
 
 #[test]
@@ -522,7 +581,9 @@ fn a_runtime_class_the_cluster_lacks_is_reported() {
     assert_eq!((status.as_str(), reason.as_str()), ("False", "RuntimeClassNotFound"));
     assert!(message.contains("class checkout names RuntimeClass kata, which does not exist"), "{message}");
     let mut snapshot = cluster.snapshot();
-    snapshot.runtime_classes.insert("kata".into(), bulkhead::snapshot::RuntimeClassInfo { handler: "kata-qemu".into() });
+    snapshot
+        .runtime_classes
+        .insert("kata".into(), bulkhead::snapshot::RuntimeClassInfo { handler: "kata-qemu".into() });
     let p = plan(&bh, &snapshot);
     assert_eq!(condition(&bh, &p, &ApplyOutcome::NotApplied, PLACED).1, "WorkloadsPlaced");
 }
@@ -535,7 +596,11 @@ fn priorities_default_with_the_critical_class_highest_and_are_validated() {
         p.priority_classes.iter().map(|pc| (pc.metadata.name.clone().unwrap_or_default(), pc.value)).collect();
     assert_eq!(
         values,
-        [("bulkhead-shop.checkout".to_string(), 0), ("bulkhead-shop.reports".to_string(), 0), ("bulkhead-shop.admin".to_string(), 1000)]
+        [
+            ("bulkhead-shop.checkout".to_string(), 0),
+            ("bulkhead-shop.reports".to_string(), 0),
+            ("bulkhead-shop.admin".to_string(), 1000)
+        ]
     );
     let policies: Vec<Option<String>> = p.priority_classes.iter().map(|pc| pc.preemption_policy.clone()).collect();
     assert_eq!(
@@ -567,7 +632,8 @@ fn a_changed_priority_replaces_the_immutable_priority_class() {
     assert!(changes("shop", &plan(&bh, &snapshot), &snapshot, false).is_empty(), "settled");
     let mut raised = shop();
     raised.spec.classes[1].priority = Some(1500);
-    let c: Vec<String> = changes("shop", &plan(&raised, &snapshot), &snapshot, false).iter().map(ToString::to_string).collect();
+    let c: Vec<String> =
+        changes("shop", &plan(&raised, &snapshot), &snapshot, false).iter().map(ToString::to_string).collect();
     assert_eq!(
         c,
         [
@@ -606,7 +672,8 @@ fn with_placement_classes_sharing_a_namespace_get_quotas_scoped_by_priority_clas
 
     let scoped = with_quota("\n    priority: 100");
     let p = plan(&scoped, &snapshot);
-    let scopes: Vec<Value> = p.quotas.iter().map(|q| json!(q.spec.as_ref().and_then(|s| s.scope_selector.clone()))).collect();
+    let scopes: Vec<Value> =
+        p.quotas.iter().map(|q| json!(q.spec.as_ref().and_then(|s| s.scope_selector.clone()))).collect();
     assert_eq!(
         scopes,
         [
@@ -616,7 +683,10 @@ fn with_placement_classes_sharing_a_namespace_get_quotas_scoped_by_priority_clas
     );
     let (status, reason, message) = condition(&scoped, &p, &ApplyOutcome::NotApplied, QUOTAS_SCOPED);
     assert_eq!((status.as_str(), reason.as_str()), ("True", "QuotasScoped"));
-    assert_eq!(message, "2 quota(s): 0 alone in its namespace, 2 in namespaces classes share, each scoped to its class's PriorityClass");
+    assert_eq!(
+        message,
+        "2 quota(s): 0 alone in its namespace, 2 in namespaces classes share, each scoped to its class's PriorityClass"
+    );
 
     // A class without a quota still shares the namespace: the other's quota is scoped, not bounding it.
     let mut one_quota = scoped.clone();
@@ -635,15 +705,28 @@ fn with_placement_classes_sharing_a_namespace_get_quotas_scoped_by_priority_clas
 
     // A resource a PriorityClass scope cannot count: the shared namespace gets no quota, and says why.
     let mut services = scoped.clone();
-    services.spec.classes[1].quota.as_mut().expect("quota").hard.insert("services".into(), k8s_openapi::apimachinery::pkg::api::resource::Quantity("2".into()));
+    services.spec.classes[1]
+        .quota
+        .as_mut()
+        .expect("quota")
+        .hard
+        .insert("services".into(), k8s_openapi::apimachinery::pkg::api::resource::Quantity("2".into()));
     let p = plan(&services, &snapshot);
     assert!(p.quotas.is_empty());
     let (status, reason, message) = condition(&services, &p, &ApplyOutcome::NotApplied, QUOTAS_SCOPED);
     assert_eq!((status.as_str(), reason.as_str()), ("False", "QuotaNotScopable"));
-    assert!(message.starts_with("namespace shop: class reports's quota sets services, which a quota scoped by PriorityClass cannot count"), "{message}");
+    assert!(
+        message.starts_with(
+            "namespace shop: class reports's quota sets services, which a quota scoped by PriorityClass cannot count"
+        ),
+        "{message}"
+    );
     // ephemeral-storage is a pod resource, but the API server refuses it under this scope too.
     let mut storage = scoped.clone();
-    storage.spec.classes[0].quota.as_mut().expect("quota").hard.insert("requests.ephemeral-storage".into(), k8s_openapi::apimachinery::pkg::api::resource::Quantity("1Gi".into()));
+    storage.spec.classes[0].quota.as_mut().expect("quota").hard.insert(
+        "requests.ephemeral-storage".into(),
+        k8s_openapi::apimachinery::pkg::api::resource::Quantity("1Gi".into()),
+    );
     let p = plan(&storage, &snapshot);
     assert!(p.quotas.is_empty());
     assert_eq!(condition(&storage, &p, &ApplyOutcome::NotApplied, QUOTAS_SCOPED).1, "QuotaNotScopable");
@@ -653,7 +736,8 @@ fn with_placement_classes_sharing_a_namespace_get_quotas_scoped_by_priority_clas
     let mut old = plan(&scoped, &snapshot).quotas[0].clone();
     old.spec.as_mut().expect("spec").scope_selector = None;
     snapshot.resource_quotas.insert(bulkhead::snapshot::ObjectKey::new("shop", "bulkhead-shop.checkout"), old);
-    let c: Vec<String> = changes("shop", &plan(&scoped, &snapshot), &snapshot, false).iter().map(ToString::to_string).collect();
+    let c: Vec<String> =
+        changes("shop", &plan(&scoped, &snapshot), &snapshot, false).iter().map(ToString::to_string).collect();
     let delete = c.iter().position(|c| c == "delete ResourceQuota shop/bulkhead-shop.checkout").expect("deleted");
     let apply = c.iter().position(|c| c == "apply ResourceQuota shop/bulkhead-shop.checkout").expect("re-applied");
     assert!(delete < apply, "{c:?}");

@@ -19,10 +19,16 @@ use k8s_openapi::api::{
     core::v1::{Node, Pod, ResourceQuota},
     scheduling::v1::PriorityClass,
 };
-use kube::{api::{Api, ListParams}, Client};
+use kube::{
+    api::{Api, ListParams},
+    Client,
+};
 use serde_json::{json, Value};
 use support::{
-    audit, condition, kubelet::FakeKubelet, operator::{Operator, USER}, unique_suffix, wait_for, ControlPlane, TestNamespace,
+    audit, condition,
+    kubelet::FakeKubelet,
+    operator::{Operator, USER},
+    unique_suffix, wait_for, ControlPlane, TestNamespace,
 };
 
 const SETTLE: Duration = Duration::from_secs(90);
@@ -79,7 +85,9 @@ spec:
 
 fn bulkhead_yaml(name: &str, team: &str) -> String {
     let pods = |app: &str| {
-        format!("{{namespaceSelector: {{matchLabels: {{team: {team}}}}}, podSelector: {{matchLabels: {{app: {app}}}}}}}")
+        format!(
+            "{{namespaceSelector: {{matchLabels: {{team: {team}}}}}, podSelector: {{matchLabels: {{app: {app}}}}}}}"
+        )
     };
     format!(
         r#"apiVersion: bulkhead.dev/v1alpha1
@@ -128,7 +136,8 @@ async fn node_marks(client: &Client) -> BTreeMap<String, (Value, Value)> {
 /// Nodes claimed for `class` (label bulkhead.dev/<bulkhead>=<class>).
 async fn group(client: &Client, bulkhead: &str, class: &str) -> BTreeSet<String> {
     let selector = format!("bulkhead.dev/{bulkhead}={class}");
-    let nodes = Api::<Node>::all(client.clone()).list(&ListParams::default().labels(&selector)).await.expect("list nodes");
+    let nodes =
+        Api::<Node>::all(client.clone()).list(&ListParams::default().labels(&selector)).await.expect("list nodes");
     nodes.items.into_iter().filter_map(|n| n.metadata.name).collect()
 }
 
@@ -171,7 +180,11 @@ async fn rolled_out(client: &Client, ns: &str, apps: &[(&str, i32)]) -> bool {
         let d = deployment_state(client, ns, app).await;
         let s = d.status.unwrap_or_default();
         let current = s.observed_generation == d.metadata.generation;
-        if !current || s.updated_replicas != Some(*replicas) || s.ready_replicas != Some(*replicas) || s.replicas != Some(*replicas) {
+        if !current
+            || s.updated_replicas != Some(*replicas)
+            || s.ready_replicas != Some(*replicas)
+            || s.replicas != Some(*replicas)
+        {
             return false;
         }
     }
@@ -254,7 +267,9 @@ async fn classes_get_their_own_nodes_a_lost_node_is_replaced_conflicts_are_left_
         if checkout.len() != 2 || reports.len() != 2 || !rolled_out(&client, &ns.name, &apps).await {
             return None;
         }
-        separation_problems(&pods_by_app(&client, &ns.name).await, &checkout, &reports).is_empty().then_some((checkout, reports))
+        separation_problems(&pods_by_app(&client, &ns.name).await, &checkout, &reports)
+            .is_empty()
+            .then_some((checkout, reports))
     })
     .await;
     eprintln!("figure: classes separated by the real scheduler {:?} after the Bulkhead was applied", started.elapsed());
@@ -269,7 +284,9 @@ async fn classes_get_their_own_nodes_a_lost_node_is_replaced_conflicts_are_left_
     for node in checkout_nodes.iter().chain(&reports_nodes) {
         let taints = &node_marks(&client).await[node].1;
         assert!(
-            taints.as_array().is_some_and(|t| t.iter().any(|t| t["key"] == format!("bulkhead.dev/{name}") && t["effect"] == "NoSchedule")),
+            taints.as_array().is_some_and(|t| t
+                .iter()
+                .any(|t| t["key"] == format!("bulkhead.dev/{name}") && t["effect"] == "NoSchedule")),
             "{node} carries the group's NoSchedule taint: {taints}"
         );
     }
@@ -337,8 +354,12 @@ async fn classes_get_their_own_nodes_a_lost_node_is_replaced_conflicts_are_left_
             claimed_after.set(Some(started.elapsed()));
         }
         polls.set(polls.get() + 1);
-        if polls.get() % 100 == 0 {
-            eprintln!("after {:?}: checkout group {checkout:?}, pods {:?}", started.elapsed(), pods_by_app(&client, &ns.name).await);
+        if polls.get().is_multiple_of(100) {
+            eprintln!(
+                "after {:?}: checkout group {checkout:?}, pods {:?}",
+                started.elapsed(),
+                pods_by_app(&client, &ns.name).await
+            );
         }
         if checkout.len() != 2 || checkout.contains(&lost) || !checkout.is_superset(&kept) {
             return None;
@@ -390,7 +411,11 @@ spec:
     let since = audit::now_rfc3339();
     cp.kubectl(&["label", "namespace", &ns.name, "poke=2", "--overwrite"]);
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(rv(&deployment_state(&client, &ns.name, "reports-gitops").await), gitops_rv, "no fight over reports-gitops");
+    assert_eq!(
+        rv(&deployment_state(&client, &ns.name, "reports-gitops").await),
+        gitops_rv,
+        "no fight over reports-gitops"
+    );
     let retries: Vec<_> =
         audit::writes_by(&cp.dir, USER, &since).into_iter().filter(|w| w.uri.contains("reports-gitops")).collect();
     assert!(retries.is_empty(), "a remembered conflict is not retried: {retries:?}");
@@ -411,7 +436,11 @@ spec:
         assert!(annotations.keys().all(|k| !k.starts_with("placement.bulkhead.dev/")), "{app}: {annotations:?}");
     }
     assert_eq!(json!(deployment_state(&client, &ns.name, "reports-gitops").await.spec), gitops_before);
-    assert_eq!(json!(statefulset_state(&client, &ns.name).await.spec), statefulset_before, "the StatefulSet's spec is as it was");
+    assert_eq!(
+        json!(statefulset_state(&client, &ns.name).await.spec),
+        statefulset_before,
+        "the StatefulSet's spec is as it was"
+    );
     let left: Vec<String> = priority_classes
         .list(&ListParams::default())
         .await
@@ -422,6 +451,11 @@ spec:
         .filter(|n| n.starts_with(&format!("bulkhead-{name}.")))
         .collect();
     assert!(left.is_empty(), "PriorityClasses left behind: {left:?}");
-    let quotas = Api::<ResourceQuota>::namespaced(client.clone(), &ns.name).list(&ListParams::default()).await.expect("quotas");
-    assert!(quotas.items.is_empty(), "quotas left behind: {:?}", quotas.items.iter().map(|q| &q.metadata.name).collect::<Vec<_>>());
+    let quotas =
+        Api::<ResourceQuota>::namespaced(client.clone(), &ns.name).list(&ListParams::default()).await.expect("quotas");
+    assert!(
+        quotas.items.is_empty(),
+        "quotas left behind: {:?}",
+        quotas.items.iter().map(|q| &q.metadata.name).collect::<Vec<_>>()
+    );
 }

@@ -1,13 +1,19 @@
-//! The pure planner: every worked number of DESIGN.md and every rule the
+//! The pure planner: every worked number of the README and every rule the
 //! controller and `bulkhead plan` share. No cluster.
 
 use bulkhead::{
     crd::Bulkhead,
-    plan::{changes, nano_units, plan, plan_capacity, Change, Funding, Replicas},
-    snapshot::{NamespaceInfo, ObjectKey, Snapshot, Workload, WorkloadKind, Autoscaler},
+    plan::{changes, nano_units, plan_capacity, Change, Funding, Plan, PlanConfig},
+    select::{Replicas, Selection},
+    snapshot::{Autoscaler, NamespaceInfo, ObjectKey, Snapshot, Workload, WorkloadKind},
     status::{build_status, ApplyOutcome},
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+/// The planner as the controller runs it: selectors parsed once, then planned.
+fn plan(bulkhead: &Bulkhead, snapshot: &Snapshot) -> Plan {
+    bulkhead::plan::plan(&Selection::parse(bulkhead), snapshot, &PlanConfig::default())
+}
 
 fn bulkhead(yaml: &str) -> Bulkhead {
     let mut bh: Bulkhead = serde_yaml::from_str(yaml).expect("fixture parses");
@@ -44,6 +50,9 @@ fn workload(ns: &str, name: &str, app: &str, replicas: u32) -> Workload {
         generation: Some(1),
         placement: Default::default(),
         placed_by: Default::default(),
+        proxied_by: Default::default(),
+        containers: vec!["app".into()],
+        volumes: Vec::new(),
     }
 }
 
@@ -62,7 +71,7 @@ fn now() -> Time {
     Time(jiff::Timestamp::from_second(1_800_000_000).expect("time"))
 }
 
-// --- DESIGN.md's worked numbers -------------------------------------------
+// --- the README's worked numbers -------------------------------------------
 
 #[test]
 fn thirty_reserved_each_plus_eighty_shared_gives_ceiling_110_and_leaves_90() {
@@ -170,7 +179,8 @@ fn a_lower_explicit_ceiling_limits_borrowing() {
 fn fleet(reserved: &[u32], shared: u32, capacity: u32) -> Bulkhead {
     let mut bh = classes(reserved, Some(shared), capacity);
     bh.spec.pool.scope = bulkhead::crd::Scope::Fleet;
-    bh.spec.workload = Some(serde_yaml::from_str("{namespace: shop, selector: {matchLabels: {app: api}}}").expect("wl"));
+    bh.spec.workload =
+        Some(serde_yaml::from_str("{namespace: shop, selector: {matchLabels: {app: api}}}").expect("wl"));
     bh
 }
 
@@ -230,11 +240,21 @@ fn replicas_come_from_matching_workloads_and_their_autoscalers() {
     let bh = fleet(&[30, 30, 30, 30], 80, 200);
     let mut snap = snapshot_with(
         vec![namespace("shop", &[])],
-        vec![workload("shop", "api", "api", 2), workload("shop", "api-canary", "api", 1), workload("shop", "web", "web", 9)],
+        vec![
+            workload("shop", "api", "api", 2),
+            workload("shop", "api-canary", "api", 1),
+            workload("shop", "web", "web", 9),
+        ],
     );
     snap.autoscalers.insert(
         ObjectKey::new("shop", "api"),
-        Autoscaler { namespace: "shop".into(), name: "api".into(), target_kind: "Deployment".into(), target_name: "api".into(), max_replicas: 6 },
+        Autoscaler {
+            namespace: "shop".into(),
+            name: "api".into(),
+            target_kind: "Deployment".into(),
+            target_name: "api".into(),
+            max_replicas: 6,
+        },
     );
     let p = plan(&bh, &snap);
     let w = p.workload.expect("resolved");
@@ -251,7 +271,7 @@ fn duplicate_names_fleet_without_workload_and_quota_without_namespaces_are_named
     bh.spec.classes[1].name = "c0".into();
     bh.spec.pool.scope = bulkhead::crd::Scope::Fleet;
     bh.spec.classes[0].quota = Some(serde_yaml::from_str("{hard: {pods: '5'}}").expect("quota"));
-    let fields: Vec<String> = bulkhead::plan::validate(&bh).into_iter().map(|e| e.field).collect();
+    let fields: Vec<String> = bulkhead::plan::validate(&Selection::parse(&bh)).into_iter().map(|e| e.field).collect();
     assert!(fields.contains(&"spec.classes[1].name".to_string()), "{fields:?}");
     assert!(fields.contains(&"spec.workload".to_string()), "{fields:?}");
     assert!(fields.contains(&"spec.classes[0].quota".to_string()), "{fields:?}");
@@ -272,8 +292,11 @@ spec:
     pods: {podSelector: {matchExpressions: [{key: app, operator: Sideways}]}}
 "#,
     );
-    let fields: Vec<String> = bulkhead::plan::validate(&bh).into_iter().map(|e| e.field).collect();
-    assert_eq!(fields, vec!["metadata.name", "spec.pool.resource", "spec.classes[0].pods.podSelector.matchExpressions[0]"]);
+    let fields: Vec<String> = bulkhead::plan::validate(&Selection::parse(&bh)).into_iter().map(|e| e.field).collect();
+    assert_eq!(
+        fields,
+        vec!["metadata.name", "spec.pool.resource", "spec.classes[0].pods.podSelector.matchExpressions[0]"]
+    );
 }
 
 #[test]
@@ -307,7 +330,12 @@ spec:
 #[test]
 fn each_class_gets_a_quota_in_every_namespace_it_selects() {
     let snap = snapshot_with(
-        vec![namespace("a1", &[("tenant", "a")]), namespace("a2", &[("tenant", "a")]), namespace("b1", &[("tenant", "b")]), namespace("x", &[])],
+        vec![
+            namespace("a1", &[("tenant", "a")]),
+            namespace("a2", &[("tenant", "a")]),
+            namespace("b1", &[("tenant", "b")]),
+            namespace("x", &[]),
+        ],
         vec![],
     );
     let p = plan(&tenants(), &snap);
@@ -331,7 +359,10 @@ fn each_class_gets_a_quota_in_every_namespace_it_selects() {
 
 #[test]
 fn two_classes_selecting_one_namespace_get_no_quota_there_and_a_report() {
-    let snap = snapshot_with(vec![namespace("mixed", &[("tenant", "a"), ("shared", "yes")]), namespace("b1", &[("tenant", "b")])], vec![]);
+    let snap = snapshot_with(
+        vec![namespace("mixed", &[("tenant", "a"), ("shared", "yes")]), namespace("b1", &[("tenant", "b")])],
+        vec![],
+    );
     let p = plan(&tenants(), &snap);
     assert_eq!(p.quota_collisions.len(), 1);
     assert_eq!(p.quota_collisions[0].namespace, "mixed");
@@ -350,13 +381,19 @@ fn a_namespace_that_stops_matching_loses_its_quota() {
     let p = plan(&bh, &snap);
     let mut cluster = snap.clone();
     for q in &p.quotas {
-        let key = ObjectKey::new(q.metadata.namespace.clone().unwrap_or_default(), q.metadata.name.clone().unwrap_or_default());
+        let key = ObjectKey::new(
+            q.metadata.namespace.clone().unwrap_or_default(),
+            q.metadata.name.clone().unwrap_or_default(),
+        );
         cluster.resource_quotas.insert(key, q.clone());
     }
     assert!(changes("tenants", &p, &cluster, false).is_empty(), "applied and unchanged: nothing to do");
     cluster.namespaces.insert("a1".into(), namespace("a1", &[]));
     let p = plan(&bh, &cluster);
-    assert_eq!(changes("tenants", &p, &cluster, false), vec![Change::DeleteQuota(ObjectKey::new("a1", "bulkhead-tenants.a"))]);
+    assert_eq!(
+        changes("tenants", &p, &cluster, false),
+        vec![Change::DeleteQuota(ObjectKey::new("a1", "bulkhead-tenants.a"))]
+    );
 }
 
 #[test]
@@ -419,11 +456,18 @@ fn conditions_keep_their_transition_time_until_the_status_flips() {
     unfunded.spec.classes[0].reserved = 150;
     let p2 = plan(&unfunded, &snap);
     let flipped = build_status(&unfunded, &p2, None, &ApplyOutcome::NotApplied, Some(&first), &later);
-    let funded = |s: &bulkhead::crd::BulkheadStatus| s.conditions.iter().find(|c| c.type_ == "Funded").cloned().expect("Funded");
+    let funded =
+        |s: &bulkhead::crd::BulkheadStatus| s.conditions.iter().find(|c| c.type_ == "Funded").cloned().expect("Funded");
     assert_eq!(funded(&flipped).status, "False");
     assert_eq!(funded(&flipped).last_transition_time, later);
-    let lane = |s: &bulkhead::crd::BulkheadStatus| s.conditions.iter().find(|c| c.type_ == "ControlPlaneLane").cloned().expect("lane");
-    assert_eq!(lane(&flipped).last_transition_time, lane(&first).last_transition_time, "unchanged condition keeps its time");
+    let lane = |s: &bulkhead::crd::BulkheadStatus| {
+        s.conditions.iter().find(|c| c.type_ == "ControlPlaneLane").cloned().expect("lane")
+    };
+    assert_eq!(
+        lane(&flipped).last_transition_time,
+        lane(&first).last_transition_time,
+        "unchanged condition keeps its time"
+    );
 }
 
 #[test]
@@ -441,7 +485,10 @@ fn teardown_finds_exactly_what_one_bulkhead_made() {
     let p = plan(&bh, &snap);
     let mut cluster = snap.clone();
     for q in &p.quotas {
-        let key = ObjectKey::new(q.metadata.namespace.clone().unwrap_or_default(), q.metadata.name.clone().unwrap_or_default());
+        let key = ObjectKey::new(
+            q.metadata.namespace.clone().unwrap_or_default(),
+            q.metadata.name.clone().unwrap_or_default(),
+        );
         cluster.resource_quotas.insert(key, q.clone());
     }
     let mut other = p.quotas[0].clone();

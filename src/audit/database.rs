@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use super::domains::PairVerdict;
 use crate::{
     crd::{Bulkhead, LayerState},
-    plan::Matcher,
+    select::Matcher,
     snapshot::{normalise_host, ObjectKey, Snapshot},
 };
 
@@ -41,7 +41,9 @@ pub fn resolve(url: &str, default_namespace: Option<&str>, snapshot: &Snapshot) 
             Some((pod, _)) => {
                 r.identities.insert(format!("ip:{ip}"), format!("IP {ip} (pod {pod})"));
             }
-            None => r.doubts.push(format!("{ip} is not a pod the cluster knows: it may front the same instance as another address")),
+            None => r.doubts.push(format!(
+                "{ip} is not a pod the cluster knows: it may front the same instance as another address"
+            )),
         }
         return r;
     }
@@ -49,9 +51,7 @@ pub fn resolve(url: &str, default_namespace: Option<&str>, snapshot: &Snapshot) 
         Some(key) => add_service(&mut r, &key, snapshot),
         None => {
             r.identities.insert(format!("host:{host}"), format!("host {host}"));
-            r.doubts.push(format!(
-                "{host} is outside the cluster: two different hostnames may still be one instance"
-            ));
+            r.doubts.push(format!("{host} is outside the cluster: two different hostnames may still be one instance"));
         }
     }
     r
@@ -113,11 +113,8 @@ pub fn host_of(url: &str) -> Option<String> {
     let rest = url.split_once("://").map_or(url, |(_, r)| r);
     let authority = rest.split(['/', '?', '#']).next()?;
     let hostport = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    let host = if let Some(v6) = hostport.strip_prefix('[') {
-        v6.split(']').next()?
-    } else {
-        hostport.split(':').next()?
-    };
+    let host =
+        if let Some(v6) = hostport.strip_prefix('[') { v6.split(']').next()? } else { hostport.split(':').next()? };
     (!host.is_empty()).then(|| normalise_host(host))
 }
 

@@ -7,11 +7,20 @@
 
 use rustc_hash::FxHashMap;
 
-use super::membership::{Members, Source};
 use crate::{
     crd::LayerState,
+    select::Source,
     snapshot::{ObjectKey, PodInfo},
 };
+
+/// A class's member pods with the node each is bound to (see `nodes.rs`).
+pub struct Located<'a> {
+    pub class: &'a str,
+    pub source: Source,
+    pub pods: Vec<(&'a ObjectKey, &'a PodInfo)>,
+    /// Per pod (same order): its node in the audit's node table; None if unscheduled.
+    pub nodes: Vec<Option<NodeId>>,
+}
 
 /// A member pod, with the audit's index of the node it is bound to.
 #[derive(Clone, Copy)]
@@ -94,12 +103,10 @@ pub struct DomainLayer<'a, K> {
 }
 
 impl<'a, K: Copy + Eq + std::hash::Hash> DomainLayer<'a, K> {
-    pub fn build<'d>(
-        members: &[Members<'a>],
-        mut domain_of: impl FnMut(Placed<'a>) -> Domain<'d, K>,
-    ) -> Self {
+    pub fn build<'d>(members: &[Located<'a>], mut domain_of: impl FnMut(Placed<'a>) -> Domain<'d, K>) -> Self {
         let pods: usize = members.iter().map(|m| m.pods.len()).sum();
-        let mut index: FxHashMap<K, Occupants<'a>> = FxHashMap::with_capacity_and_hasher(pods.min(1 << 16), Default::default());
+        let mut index: FxHashMap<K, Occupants<'a>> =
+            FxHashMap::with_capacity_and_hasher(pods.min(1 << 16), Default::default());
         let mut placed = vec![false; members.len()];
         let mut unknown = vec![Vec::new(); members.len()];
         let mut worded = vec![0usize; members.len()];
@@ -144,7 +151,7 @@ impl<'a, K: Copy + Eq + std::hash::Hash> DomainLayer<'a, K> {
     /// words the evidence of a shared domain.
     pub fn pairs(
         &self,
-        members: &[Members<'_>],
+        members: &[Located<'_>],
         describe: impl Fn(K, &ObjectKey, &ObjectKey) -> String,
     ) -> Vec<PairVerdict> {
         let n = members.len();
@@ -154,7 +161,8 @@ impl<'a, K: Copy + Eq + std::hash::Hash> DomainLayer<'a, K> {
         shared_domains.sort_by(|x, y| x.1.first.1.cmp(y.1.first.1));
         let mut shared: Vec<Vec<String>> = vec![Vec::new(); n * n];
         for (d, occupants) in shared_domains {
-            let present: Vec<(usize, &ObjectKey)> = std::iter::once(occupants.first).chain(occupants.others.iter().copied()).collect();
+            let present: Vec<(usize, &ObjectKey)> =
+                std::iter::once(occupants.first).chain(occupants.others.iter().copied()).collect();
             for (x, &(a, pa)) in present.iter().enumerate() {
                 for &(b, pb) in &present[x + 1..] {
                     let (a, b, pa, pb) = if a < b { (a, b, pa, pb) } else { (b, a, pb, pa) };

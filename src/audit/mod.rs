@@ -5,19 +5,16 @@
 
 mod database;
 mod domains;
-mod membership;
 mod nodes;
 
-pub use database::{host_of, resolve, Resolution};
-pub use membership::members;
+pub use database::host_of;
 
-use domains::{Domain, DomainLayer, Doubt, PairVerdict, Placed};
-use membership::{Members, Source};
+use domains::{Domain, DomainLayer, Doubt, Located, PairVerdict, Placed};
 
 use crate::{
-    crd::{Bulkhead, Layer, LayerState, LayerStatus, PairStatus},
+    crd::{Layer, LayerState, LayerStatus, PairStatus},
+    select::{members, resolve_workload, Selection, Source},
     snapshot::{LabelLookup, Snapshot},
-    status::{DesiredCondition, Status},
 };
 
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
@@ -55,14 +52,13 @@ pub struct Audit {
     pub unscheduled: usize,
 }
 
-pub fn audit(bulkhead: &Bulkhead, snapshot: &Snapshot, config: &AuditConfig) -> Audit {
-    let mut members = members(bulkhead, snapshot);
-    let nodes = nodes::resolve(&mut members, snapshot);
+pub fn audit(selection: &Selection<'_>, snapshot: &Snapshot, config: &AuditConfig) -> Audit {
+    let (members, nodes) = nodes::locate(members(selection, snapshot), snapshot);
     let mut unscheduled = 0;
     let mut layers = Vec::new();
     for layer in Layer::ALL {
         let pairs = match layer {
-            Layer::Process => process(bulkhead, snapshot, &members),
+            Layer::Process => process(selection, snapshot, &members),
             Layer::Node => {
                 let l = DomainLayer::build(&members, |p| p.node.map_or(Domain::Ignored, Domain::Known));
                 unscheduled = l.ignored;
@@ -81,18 +77,18 @@ pub fn audit(bulkhead: &Bulkhead, snapshot: &Snapshot, config: &AuditConfig) -> 
                     l.pairs(&members, |_, _, _| String::new())
                 }
             },
-            Layer::Database => database::pairs(bulkhead, snapshot),
+            Layer::Database => database::pairs(selection.bulkhead, snapshot),
         };
-        layers.push(layer_status(bulkhead, layer, &members, pairs));
+        layers.push(layer_status(selection, layer, &members, pairs));
     }
     Audit { layers, unscheduled }
 }
 
-fn process<'a>(bulkhead: &Bulkhead, snapshot: &Snapshot, members: &[Members<'a>]) -> Vec<PairVerdict> {
+fn process(selection: &Selection<'_>, snapshot: &Snapshot, members: &[Located<'_>]) -> Vec<PairVerdict> {
     // A pod is its own domain, identified by where the snapshot holds it.
     // Only classes drawing pods from a namespace another class also draws
     // from can share one; the others' pods are placed alone, unhashed.
-    fn namespaces_of<'m>(m: &Members<'m>) -> Vec<&'m str> {
+    fn namespaces_of<'m>(m: &Located<'m>) -> Vec<&'m str> {
         let mut seen: Vec<&str> = m.pods.iter().map(|(k, _)| k.namespace.as_str()).collect();
         seen.dedup();
         seen
@@ -113,11 +109,15 @@ fn process<'a>(bulkhead: &Bulkhead, snapshot: &Snapshot, members: &[Members<'a>]
     let mut pairs = l.pairs(members, |_, pod, _| format!("pod {pod} serves both: one heap, one garbage collector"));
     // Classes without pods selectors run in spec.workload's pods by
     // declaration: shared even before a pod exists.
-    let workload = bulkhead.spec.workload.as_ref().map(|w| crate::plan::resolve_workload(w, snapshot));
+    let workload = resolve_workload(selection, snapshot);
     for pair in &mut pairs {
         if members[pair.a].source == Source::Workload && members[pair.b].source == Source::Workload {
             let named = workload.as_ref().map(|w| {
-                if w.workloads.is_empty() { format!("namespace {}", w.namespace) } else { w.workloads.join(", ") }
+                if w.workloads.is_empty() {
+                    format!("namespace {}", w.namespace)
+                } else {
+                    w.workloads.join(", ")
+                }
             });
             pair.state = LayerState::Shared;
             pair.evidence = vec![format!(
@@ -131,7 +131,12 @@ fn process<'a>(bulkhead: &Bulkhead, snapshot: &Snapshot, members: &[Members<'a>]
     pairs
 }
 
-fn kernel(members: &[Members<'_>], nodes: &nodes::NodeTable<'_>, snapshot: &Snapshot, config: &AuditConfig) -> Vec<PairVerdict> {
+fn kernel(
+    members: &[Located<'_>],
+    nodes: &nodes::NodeTable<'_>,
+    snapshot: &Snapshot,
+    config: &AuditConfig,
+) -> Vec<PairVerdict> {
     let l = DomainLayer::build(members, |Placed { key, pod, node, .. }| {
         let Some(node) = node else { return Domain::Ignored };
         match pod.runtime_class.as_deref() {
@@ -148,7 +153,12 @@ fn kernel(members: &[Members<'_>], nodes: &nodes::NodeTable<'_>, snapshot: &Snap
     })
 }
 
-fn by_node_label<'a>(members: &[Members<'a>], nodes: &nodes::NodeTable<'a>, label: &str, what: &str) -> Vec<PairVerdict> {
+fn by_node_label<'a>(
+    members: &[Located<'a>],
+    nodes: &nodes::NodeTable<'a>,
+    label: &str,
+    what: &str,
+) -> Vec<PairVerdict> {
     // Each node's label, looked up once and numbered, so pods hash an integer.
     let mut values: Vec<&str> = Vec::new();
     let mut ids: rustc_hash::FxHashMap<&str, u32> = rustc_hash::FxHashMap::default();
@@ -175,7 +185,12 @@ fn by_node_label<'a>(members: &[Members<'a>], nodes: &nodes::NodeTable<'a>, labe
     l.pairs(members, |value, a, b| format!("{what} {} holds {a} and {b}", values[value as usize]))
 }
 
-fn layer_status(bulkhead: &Bulkhead, layer: Layer, members: &[Members<'_>], pairs: Vec<PairVerdict>) -> LayerStatus {
+fn layer_status(
+    selection: &Selection<'_>,
+    layer: Layer,
+    members: &[Located<'_>],
+    pairs: Vec<PairVerdict>,
+) -> LayerStatus {
     let state = if pairs.iter().any(|p| p.state == LayerState::Shared) {
         LayerState::Shared
     } else if pairs.iter().any(|p| p.state == LayerState::Unverified) {
@@ -185,7 +200,7 @@ fn layer_status(bulkhead: &Bulkhead, layer: Layer, members: &[Members<'_>], pair
     };
     LayerStatus {
         name: layer,
-        required: bulkhead.spec.layers.contains(&layer),
+        required: selection.bulkhead.spec.layers.contains(&layer),
         state,
         pairs: pairs
             .into_iter()
@@ -198,45 +213,3 @@ fn layer_status(bulkhead: &Bulkhead, layer: Layer, members: &[Members<'_>], pair
             .collect(),
     }
 }
-
-/// `Isolated`: True when every required layer is Separate; False when one is
-/// Shared; Unknown when only Unverified ones remain.
-pub fn isolated_condition(layers: &[LayerStatus], classes: usize) -> DesiredCondition {
-    let required: Vec<&LayerStatus> = layers.iter().filter(|l| l.required).collect();
-    let describe = |l: &LayerStatus| {
-        l.pairs
-            .iter()
-            .filter(|p| p.state == l.state)
-            .take(3)
-            .map(|p| format!("{:?} {} by {}: {}", l.name, verb(l.state), p.classes.join(" and "), p.evidence.first().cloned().unwrap_or_default()))
-            .collect::<Vec<_>>()
-    };
-    let shared: Vec<String> = required.iter().filter(|l| l.state == LayerState::Shared).flat_map(|l| describe(l)).collect();
-    if !shared.is_empty() {
-        return DesiredCondition::new(ISOLATED, Status::False, "SharedLayerDetected", shared.join("; "));
-    }
-    let unverified: Vec<String> =
-        required.iter().filter(|l| l.state == LayerState::Unverified).flat_map(|l| describe(l)).collect();
-    if !unverified.is_empty() {
-        return DesiredCondition::new(ISOLATED, Status::Unknown, "SharedLayerUnverified", unverified.join("; "));
-    }
-    let names: Vec<String> = required.iter().map(|l| format!("{:?}", l.name)).collect();
-    let message = if classes < 2 {
-        "only one class: there is nothing to isolate it from".to_string()
-    } else if names.is_empty() {
-        "no layers are required (spec.layers is empty)".to_string()
-    } else {
-        format!("every required layer is Separate: {}", names.join(", "))
-    };
-    DesiredCondition::new(ISOLATED, Status::True, "AllLayersSeparate", message)
-}
-
-fn verb(state: LayerState) -> &'static str {
-    match state {
-        LayerState::Shared => "shared",
-        LayerState::Unverified => "unverified",
-        LayerState::Separate => "separate",
-    }
-}
-
-pub const ISOLATED: &str = "Isolated";

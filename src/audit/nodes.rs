@@ -3,8 +3,11 @@
 
 use rustc_hash::FxHashMap;
 
-use super::{domains::NodeId, membership::Members};
-use crate::snapshot::{NodeInfo, Snapshot};
+use super::domains::{Located, NodeId};
+use crate::{
+    select::Members,
+    snapshot::{NodeInfo, Snapshot},
+};
 
 pub struct NodeTable<'a> {
     pub names: Vec<&'a str>,
@@ -12,15 +15,16 @@ pub struct NodeTable<'a> {
     pub info: Vec<Option<&'a NodeInfo>>,
 }
 
-/// Fill `members[*].nodes` and return the table the ids index.
-pub fn resolve<'a>(members: &mut [Members<'a>], snapshot: &'a Snapshot) -> NodeTable<'a> {
+/// Each class's pods with their nodes, and the table the node ids index.
+pub fn locate<'a>(members: Vec<Members<'a>>, snapshot: &'a Snapshot) -> (Vec<Located<'a>>, NodeTable<'a>) {
     let mut table = NodeTable { names: Vec::new(), info: Vec::new() };
     // Node names are interned, so most lookups hit on the pointer; equal
     // names behind different pointers still resolve by content.
     let mut by_ptr: FxHashMap<usize, NodeId> = FxHashMap::default();
     let mut by_name: FxHashMap<&'a str, NodeId> = FxHashMap::default();
-    for m in members.iter_mut() {
-        m.nodes = m
+    let mut located = Vec::with_capacity(members.len());
+    for m in members {
+        let nodes = m
             .pods
             .iter()
             .map(|(_, pod)| {
@@ -38,6 +42,7 @@ pub fn resolve<'a>(members: &mut [Members<'a>], snapshot: &'a Snapshot) -> NodeT
                 Some(id)
             })
             .collect();
+        located.push(Located { class: m.class, source: m.source, pods: m.pods, nodes });
     }
-    table
+    (located, table)
 }

@@ -19,15 +19,24 @@ use serde_json::{json, Value};
 use super::{metrics::Metrics, Error};
 use crate::{
     crd::{BULKHEAD_LABEL, FIELD_MANAGER},
-    plan::{placement_manager, withdrawal_body, Change, NodeChange, WorkloadPlacement},
+    plan::{placement_manager, proxy_manager, withdrawal_body, Change, NodeChange},
     snapshot::{ObjectKey, WorkloadKind},
 };
 
-/// A workload whose placement the API server refused: another field
+/// What a workload patch is for: each has its own field manager, so the
+/// two never take each other's fields, and their refusals are kept apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Concern {
+    Placement,
+    Proxy,
+}
+
+/// A workload whose patch the API server refused: another field
 /// manager's fields block it, or the server (or an admission webhook)
 /// rejects the patched workload.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlacementRefusal {
+    pub concern: Concern,
     pub kind: WorkloadKind,
     pub key: ObjectKey,
     pub generation: Option<i64>,
@@ -61,7 +70,7 @@ pub async fn apply_changes(
                 metrics.record_write("PriorityClass", "apply");
             }
             Change::DeletePriorityClass(name) => {
-                delete(Api::<PriorityClass>::all(client.clone()), name).await?;
+                delete(Api::<PriorityClass>::all(client.clone()), &ObjectKey::new("", name)).await?;
                 metrics.record_write("PriorityClass", "delete");
             }
             Change::Node(node) => {
@@ -69,14 +78,37 @@ pub async fn apply_changes(
                 metrics.record_write("Node", "patch");
             }
             Change::PlaceWorkload(p) => {
-                if let Some(refusal) = place(client, bulkhead, p).await? {
-                    refusals.push(refusal);
-                } else {
-                    metrics.record_write(p.kind.as_str(), "apply");
+                let patch = WorkloadPatch {
+                    kind: p.kind,
+                    key: &p.key,
+                    generation: p.generation,
+                    fingerprint: &p.fingerprint,
+                    body: &p.body,
+                };
+                match patch_workload(client, &placement_manager(bulkhead), Concern::Placement, &patch).await? {
+                    Some(refusal) => refusals.push(refusal),
+                    None => metrics.record_write(p.kind.as_str(), "apply"),
                 }
             }
             Change::WithdrawWorkload(kind, key) => {
-                withdraw(client, bulkhead, *kind, key).await?;
+                withdraw(client, &placement_manager(bulkhead), *kind, key).await?;
+                metrics.record_write(kind.as_str(), "withdraw");
+            }
+            Change::InjectProxy(p) => {
+                let patch = WorkloadPatch {
+                    kind: p.kind,
+                    key: &p.key,
+                    generation: p.generation,
+                    fingerprint: &p.fingerprint,
+                    body: &p.body,
+                };
+                match patch_workload(client, &proxy_manager(bulkhead), Concern::Proxy, &patch).await? {
+                    Some(refusal) => refusals.push(refusal),
+                    None => metrics.record_write(p.kind.as_str(), "inject"),
+                }
+            }
+            Change::WithdrawProxy(kind, key) => {
+                withdraw(client, &proxy_manager(bulkhead), *kind, key).await?;
                 metrics.record_write(kind.as_str(), "withdraw");
             }
             Change::ApplyConfigMap(cm) => {
@@ -90,11 +122,11 @@ pub async fn apply_changes(
                 metrics.record_write("ResourceQuota", "apply");
             }
             Change::DeleteConfigMap(key) => {
-                delete(Api::<ConfigMap>::namespaced(client.clone(), &key.namespace), &key.name).await?;
+                delete(Api::<ConfigMap>::namespaced(client.clone(), &key.namespace), key).await?;
                 metrics.record_write("ConfigMap", "delete");
             }
             Change::DeleteQuota(key) => {
-                delete(Api::<ResourceQuota>::namespaced(client.clone(), &key.namespace), &key.name).await?;
+                delete(Api::<ResourceQuota>::namespaced(client.clone(), &key.namespace), key).await?;
                 metrics.record_write("ResourceQuota", "delete");
             }
         }
@@ -121,7 +153,7 @@ async fn patch_node(client: &Client, change: &NodeChange) -> Result<(), Error> {
         Err(kube::Error::Api(s)) if s.code == 409 => Err(Error::NodeChanged(change.node.clone())),
         // A node deleted since it was observed needs no release.
         Err(kube::Error::Api(s)) if s.code == 404 && change.class.is_none() => Ok(()),
-        Err(e) => Err(e.into()),
+        Err(e) => Err(Error::write("patch", "Node", &change.node)(e)),
     }
 }
 
@@ -135,41 +167,62 @@ fn workload_api(client: &Client, kind: WorkloadKind, namespace: &str) -> Api<Dyn
     Api::namespaced_with(client.clone(), namespace, &resource)
 }
 
-/// Apply a workload's placement without force. A conflict means another
-/// manager owns one of the fields: report it and leave the workload alone.
-async fn place(client: &Client, bulkhead: &str, p: &WorkloadPlacement) -> Result<Option<PlacementRefusal>, Error> {
-    let params = PatchParams::apply(&placement_manager(bulkhead));
-    match workload_api(client, p.kind, &p.key.namespace).patch(&p.key.name, &params, &Patch::Apply(&p.body)).await {
+/// A server-side apply body for one workload, and what it is checked against.
+struct WorkloadPatch<'a> {
+    kind: WorkloadKind,
+    key: &'a ObjectKey,
+    generation: Option<i64>,
+    fingerprint: &'a str,
+    body: &'a Value,
+}
+
+/// Apply a workload patch without force. A conflict means another manager
+/// owns one of the fields: report it and leave the workload alone.
+async fn patch_workload(
+    client: &Client,
+    manager: &str,
+    concern: Concern,
+    p: &WorkloadPatch<'_>,
+) -> Result<Option<PlacementRefusal>, Error> {
+    let params = PatchParams::apply(manager);
+    match workload_api(client, p.kind, &p.key.namespace).patch(&p.key.name, &params, &Patch::Apply(p.body)).await {
         Ok(_) => Ok(None),
         // A refusal of this one workload (conflict, invalid, forbidden by a
         // webhook, gone) must not stop the writes planned after it.
         // Not: 401 (credentials), 408 and 429 (transient), which are retried with backoff.
-        Err(kube::Error::Api(s)) if (400..500).contains(&s.code) && !matches!(s.code, 401 | 408 | 429) => Ok(Some(PlacementRefusal {
-            kind: p.kind,
-            key: p.key.clone(),
-            generation: p.generation,
-            fingerprint: p.fingerprint.clone(),
-            conflict: s.code == 409,
-            message: s.message,
-        })),
-        Err(e) => Err(e.into()),
+        Err(kube::Error::Api(s)) if (400..500).contains(&s.code) && !matches!(s.code, 401 | 408 | 429) => {
+            Ok(Some(PlacementRefusal {
+                concern,
+                kind: p.kind,
+                key: p.key.clone(),
+                generation: p.generation,
+                fingerprint: p.fingerprint.to_string(),
+                conflict: s.code == 409,
+                message: s.message,
+            }))
+        }
+        Err(e) => Err(Error::write("apply", p.kind.as_str(), &p.key)(e)),
     }
 }
 
-/// An empty apply under the placement manager: the API server removes every
-/// field that manager applied and nobody else owns, and nothing more.
-async fn withdraw(client: &Client, bulkhead: &str, kind: WorkloadKind, key: &ObjectKey) -> Result<(), Error> {
+/// An empty apply under a manager: the API server removes every field that
+/// manager applied and nobody else owns, and nothing more.
+async fn withdraw(client: &Client, manager: &str, kind: WorkloadKind, key: &ObjectKey) -> Result<(), Error> {
     let api = workload_api(client, kind, &key.namespace);
-    let params = PatchParams::apply(&placement_manager(bulkhead));
+    let params = PatchParams::apply(manager);
+    let written = |e| Error::write("withdraw (empty apply) from", kind.as_str(), key)(e);
+    let read = |e| Error::read(kind.as_str(), key)(e);
     let mut current = match api.patch(&key.name, &params, &Patch::Apply(&withdrawal_body(kind, key))).await {
         Ok(after) => after,
         Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
         // An apply to a workload deleted meanwhile is a create, which is
         // forbidden or invalid: the workload is gone, nothing to withdraw.
-        Err(kube::Error::Api(s)) if matches!(s.code, 403 | 422) && api.get_opt(&key.name).await?.is_none() => {
+        Err(kube::Error::Api(s))
+            if matches!(s.code, 403 | 422) && api.get_opt(&key.name).await.map_err(read)?.is_none() =>
+        {
             return Ok(())
         }
-        Err(e) => return Err(e.into()),
+        Err(e) => return Err(written(e)),
     };
     // The API server can leave the emptied parents behind (`affinity:
     // {nodeAffinity: {}}`), which would keep the template from being exactly
@@ -182,11 +235,11 @@ async fn withdraw(client: &Client, bulkhead: &str, kind: WorkloadKind, key: &Obj
         match api.patch(&key.name, &PatchParams::default(), &Patch::Merge(&cleanup)).await {
             Ok(_) => return Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 409 => match api.get_opt(&key.name).await? {
+            Err(kube::Error::Api(s)) if s.code == 409 => match api.get_opt(&key.name).await.map_err(read)? {
                 Some(fresh) => current = fresh,
                 None => return Ok(()),
             },
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(written(e)),
         }
     }
     // Still contended: an empty parent is harmless; leave it.
@@ -201,8 +254,7 @@ fn empty_affinity_cleanup(workload: &Value) -> Option<Value> {
     const PLACEMENT_PARTS: [&str; 2] = ["nodeAffinity", "podAntiAffinity"];
     let affinity = workload.pointer("/spec/template/spec/affinity")?.as_object()?;
     let empty = |v: &Value| v.as_object().is_some_and(serde_json::Map::is_empty);
-    let removable: Vec<&str> =
-        PLACEMENT_PARTS.into_iter().filter(|p| affinity.get(*p).is_some_and(empty)).collect();
+    let removable: Vec<&str> = PLACEMENT_PARTS.into_iter().filter(|p| affinity.get(*p).is_some_and(empty)).collect();
     let all_gone = affinity.keys().all(|k| removable.contains(&k.as_str()));
     let replacement = if all_gone {
         Value::Null
@@ -229,30 +281,31 @@ fn names(meta: &kube::api::ObjectMeta) -> Result<(&str, &str), Error> {
 /// the same name: deleting the Bulkhead would then delete their object too.
 async fn apply<K>(api: Api<K>, name: &str, obj: &K) -> Result<(), Error>
 where
-    K: Clone + DeserializeOwned + Serialize + std::fmt::Debug + Resource<DynamicType = ()>,
+    K: Clone + DeserializeOwned + Serialize + std::fmt::Debug + Resource<DynamicType = ()> + k8s_openapi::Resource,
 {
-    if let Some(existing) = api.get_opt(name).await? {
+    let key = ObjectKey::new(obj.meta().namespace.clone().unwrap_or_default(), name);
+    if let Some(existing) = api.get_opt(name).await.map_err(Error::read(K::KIND, &key))? {
         let owner = |o: &K| o.meta().labels.as_ref().and_then(|l| l.get(BULKHEAD_LABEL)).cloned();
         if owner(&existing).is_none() || owner(&existing) != owner(obj) {
-            return Err(Error::NotOurs {
-                kind: K::kind(&()).to_string(),
-                key: ObjectKey::new(existing.meta().namespace.clone().unwrap_or_default(), name),
-                owner: owner(&existing),
-            });
+            return Err(Error::NotOurs { kind: K::KIND, key, owner: owner(&existing) });
         }
     }
-    api.patch(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(obj)).await?;
+    api.patch(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(obj)).await.map_err(Error::write(
+        "apply",
+        K::KIND,
+        &key,
+    ))?;
     Ok(())
 }
 
-async fn delete<K>(api: Api<K>, name: &str) -> Result<(), Error>
+async fn delete<K>(api: Api<K>, key: &ObjectKey) -> Result<(), Error>
 where
-    K: Clone + DeserializeOwned + std::fmt::Debug,
+    K: Clone + DeserializeOwned + std::fmt::Debug + k8s_openapi::Resource,
 {
-    match api.delete(name, &DeleteParams::default()).await {
+    match api.delete(&key.name, &DeleteParams::default()).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
+        Err(e) => Err(Error::write("delete", K::KIND, key)(e)),
     }
 }
 
@@ -267,10 +320,15 @@ mod tests {
 
     #[test]
     fn emptied_affinity_parents_are_removed_under_a_precondition() {
-        let all = empty_affinity_cleanup(&workload(json!({"nodeAffinity": {}, "podAntiAffinity": {}}))).expect("cleanup");
-        assert_eq!(all, json!({"metadata": {"resourceVersion": "7"}, "spec": {"template": {"spec": {"affinity": null}}}}));
+        let all =
+            empty_affinity_cleanup(&workload(json!({"nodeAffinity": {}, "podAntiAffinity": {}}))).expect("cleanup");
+        assert_eq!(
+            all,
+            json!({"metadata": {"resourceVersion": "7"}, "spec": {"template": {"spec": {"affinity": null}}}})
+        );
         // Someone else's podAffinity stays; only our emptied part goes.
-        let part = empty_affinity_cleanup(&workload(json!({"nodeAffinity": {}, "podAffinity": {"x": 1}}))).expect("cleanup");
+        let part =
+            empty_affinity_cleanup(&workload(json!({"nodeAffinity": {}, "podAffinity": {"x": 1}}))).expect("cleanup");
         assert_eq!(part["spec"]["template"]["spec"]["affinity"], json!({"nodeAffinity": null}));
         // Nothing empty, nothing to do.
         assert_eq!(empty_affinity_cleanup(&workload(json!({"nodeAffinity": {"a": 1}}))), None);

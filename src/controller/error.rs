@@ -1,15 +1,31 @@
-//! Errors of the controller, each with a stable label for metrics.
+//! Errors of the controller, each naming what failed, with a stable label
+//! for metrics.
+
+use crate::snapshot::ObjectKey;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("Kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
-    #[error("the cluster snapshot is still being listed")]
-    SnapshotNotReady,
+    /// A write the API server refused or that never arrived: `apply
+    /// ConfigMap shop/bulkhead-x: …`.
+    #[error("{verb} {kind} {object}: {source}")]
+    Write {
+        verb: &'static str,
+        kind: &'static str,
+        object: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("reading {kind} {object}: {source}")]
+    Read {
+        kind: &'static str,
+        object: String,
+        #[source]
+        source: kube::Error,
+    },
     #[error("{0} has no name")]
     Unnamed(&'static str),
     #[error("{kind} {key} exists and belongs to {}; not taking it over", owner.as_deref().map_or("someone else".to_string(), |b| format!("Bulkhead {b}")))]
-    NotOurs { kind: String, key: crate::snapshot::ObjectKey, owner: Option<String> },
+    NotOurs { kind: &'static str, key: ObjectKey, owner: Option<String> },
     #[error("node {0} changed while its claim was being written; planning again")]
     NodeChanged(String),
     #[error("cannot serve metrics on {addr}: {source}")]
@@ -20,6 +36,8 @@ pub enum Error {
     },
     #[error("leader election: {0}")]
     Lease(#[from] kube_lease_manager::LeaseManagerError),
+    #[error("leader election: the lease manager stopped without saying why")]
+    LeaseManagerStopped,
     #[error("serialising {what}: {source}")]
     Serialize {
         what: &'static str,
@@ -32,15 +50,23 @@ impl Error {
     /// Stable, low-cardinality label for the errors metric.
     pub fn metric_label(&self) -> &'static str {
         match self {
-            Error::Kube(kube::Error::Api(_)) => "api",
-            Error::Kube(_) => "client",
-            Error::SnapshotNotReady => "snapshot_not_ready",
+            Error::Write { source: kube::Error::Api(_), .. } | Error::Read { source: kube::Error::Api(_), .. } => "api",
+            Error::Write { .. } | Error::Read { .. } => "client",
             Error::Unnamed(_) => "unnamed",
             Error::Serialize { .. } => "serialize",
             Error::Bind { .. } => "bind",
             Error::NotOurs { .. } => "not_ours",
             Error::NodeChanged(_) => "node_changed",
-            Error::Lease(_) => "lease",
+            Error::Lease(_) | Error::LeaseManagerStopped => "lease",
         }
+    }
+
+    /// Wraps a failed write: `.map_err(Error::write("apply", "ConfigMap", &key))`.
+    pub fn write(verb: &'static str, kind: &'static str, object: impl ToString) -> impl FnOnce(kube::Error) -> Self {
+        move |source| Error::Write { verb, kind, object: object.to_string(), source }
+    }
+
+    pub fn read(kind: &'static str, object: impl ToString) -> impl FnOnce(kube::Error) -> Self {
+        move |source| Error::Read { kind, object: object.to_string(), source }
     }
 }

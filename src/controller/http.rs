@@ -29,8 +29,5 @@ async fn readyz(State(ctx): State<Arc<Context>>) -> (StatusCode, &'static str) {
 }
 
 async fn metrics(State(ctx): State<Arc<Context>>) -> ([(&'static str, &'static str); 1], String) {
-    (
-        [("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")],
-        ctx.metrics.encode(),
-    )
+    ([("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")], ctx.metrics.encode())
 }

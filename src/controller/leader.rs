@@ -49,6 +49,6 @@ async fn task_error(
 ) -> Error {
     match task.await {
         Ok(Err(e)) => Error::Lease(e),
-        _ => Error::Unnamed("leader lease task ended"),
+        _ => Error::LeaseManagerStopped,
     }
 }

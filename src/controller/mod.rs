@@ -4,13 +4,18 @@
 
 mod apply;
 mod backoff;
-mod refusals;
 mod error;
+mod events;
+mod finalizer;
 mod http;
 mod leader;
 mod metrics;
 mod observe;
 mod reconcile;
+mod refusals;
+#[cfg(test)]
+mod tests;
+mod untyped;
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
@@ -31,7 +36,7 @@ pub use error::Error;
 pub use metrics::Metrics;
 pub use observe::SharedSnapshot;
 
-use crate::{audit::AuditConfig, crd::Bulkhead};
+use crate::crd::Bulkhead;
 
 /// Shared by every reconcile.
 pub struct Context {
@@ -40,7 +45,7 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     pub snapshot: Arc<SharedSnapshot>,
     pub backoff: backoff::Backoff,
-    pub audit_config: AuditConfig,
+    pub config: crate::status::Config,
     pub refusals: refusals::RefusalMemory,
 }
 
@@ -52,7 +57,7 @@ pub struct RunOptions {
     pub instance: Option<String>,
     /// Reconcile only while holding this Lease (namespace, name).
     pub leader_election: Option<leader::LeaseRef>,
-    pub audit: AuditConfig,
+    pub config: crate::status::Config,
 }
 
 pub use leader::LeaseRef;
@@ -74,7 +79,7 @@ pub async fn run(client: Client, options: RunOptions) -> Result<(), Error> {
         metrics: Arc::new(Metrics::default()),
         snapshot: snapshot.clone(),
         backoff: backoff::Backoff::default(),
-        audit_config: options.audit.clone(),
+        config: options.config.clone(),
         refusals: refusals::RefusalMemory::default(),
     });
 

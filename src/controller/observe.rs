@@ -1,6 +1,6 @@
-//! Watches that keep the shared `Snapshot` current. Each watched kind is
-//! reduced to its lean form on arrival (no managedFields, no whole objects),
-//! and every change nudges the controller to reconcile.
+//! Watches that keep the shared `Snapshot` current (the snapshot's index
+//! turns each event into its lean entry), and every change nudges the
+//! controller to reconcile.
 
 use std::{
     collections::BTreeMap,
@@ -23,7 +23,7 @@ use k8s_openapi::api::{
 use kube::{
     api::Api,
     runtime::{watcher, WatchStreamExt},
-    Client, Resource, ResourceExt,
+    Client,
 };
 use serde::de::DeserializeOwned;
 use tokio::sync::{Notify, RwLock};
@@ -31,10 +31,7 @@ use tracing::{debug, warn};
 
 use crate::{
     crd::{MANAGED_BY_LABEL, MANAGED_BY_VALUE},
-    snapshot::{
-        Autoscaler, EndpointsInfo, Interner, NamespaceInfo, NodeInfo, ObjectKey, PodInfo, RuntimeClassInfo,
-        ServiceInfo, Snapshot, Workload, WorkloadKind,
-    },
+    snapshot::{Indexed, Snapshot},
 };
 
 /// The snapshot shared between the watches (writers) and reconciles (readers).
@@ -56,6 +53,17 @@ impl SharedSnapshot {
             children_pending: AtomicUsize::new(CHILD_KINDS.len()),
             changed: Notify::new(),
         }
+    }
+
+    /// A snapshot already listed in full (tests, and tools that build one
+    /// from files); no watch feeds it.
+    pub fn listed(snapshot: Snapshot) -> Arc<Self> {
+        Arc::new(Self {
+            snapshot: RwLock::new(snapshot),
+            pending: AtomicUsize::new(0),
+            children_pending: AtomicUsize::new(0),
+            changed: Notify::new(),
+        })
     }
 
     /// True once every watch has listed its objects: before that a plan could
@@ -87,107 +95,6 @@ impl SharedSnapshot {
 /// Kinds the operator writes or marks; cleanup waits for these watches only.
 const CHILD_KINDS: [&str; 6] = ["ConfigMap", "ResourceQuota", "PriorityClass", "Node", "Deployment", "StatefulSet"];
 
-/// One watched kind: how to key it, reduce it and where it lives in the snapshot.
-trait Observed: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static {
-    type Key: Ord + Clone + Send;
-    type Lean: Send;
-    fn key(&self) -> Self::Key;
-    fn lean(&self, interner: &mut Interner) -> Self::Lean;
-    fn table(snapshot: &mut Snapshot) -> &mut BTreeMap<Self::Key, Self::Lean>;
-    /// Whether a key in the table belongs to this kind (tables may be shared).
-    fn owns(_key: &Self::Key) -> bool {
-        true
-    }
-}
-
-fn namespaced_key<K: Resource>(k: &K) -> ObjectKey {
-    ObjectKey::new(k.namespace().unwrap_or_default(), k.name_any())
-}
-
-/// The plain cases: one kind, one table, keyed by name or namespace/name.
-macro_rules! observed {
-    ($kind:ty, $key:ident, $lean:ty, $table:ident, |$obj:ident, $interner:ident| $make:expr) => {
-        impl Observed for $kind {
-            type Key = observed!(@key_type $key);
-            type Lean = $lean;
-            fn key(&self) -> Self::Key {
-                observed!(@key self, $key)
-            }
-            fn lean(&self, $interner: &mut Interner) -> $lean {
-                let $obj = self;
-                $make
-            }
-            fn table(s: &mut Snapshot) -> &mut BTreeMap<Self::Key, $lean> {
-                &mut s.$table
-            }
-        }
-    };
-    (@key_type cluster) => { String };
-    (@key_type namespaced) => { ObjectKey };
-    (@key $self:ident, cluster) => { $self.name_any() };
-    (@key $self:ident, namespaced) => { namespaced_key($self) };
-}
-
-observed!(Namespace, cluster, NamespaceInfo, namespaces, |ns, _interner| NamespaceInfo::from(ns));
-observed!(HorizontalPodAutoscaler, namespaced, Autoscaler, autoscalers, |h, _interner| Autoscaler::from(h));
-observed!(Node, cluster, NodeInfo, nodes, |node, interner| NodeInfo::from_node(node, interner));
-observed!(Pod, namespaced, PodInfo, pods, |pod, interner| PodInfo::from_pod(pod, interner));
-observed!(Service, namespaced, ServiceInfo, services, |svc, _interner| ServiceInfo::from(svc));
-observed!(Endpoints, namespaced, EndpointsInfo, endpoints, |ep, _interner| EndpointsInfo::from(ep));
-observed!(RuntimeClass, cluster, RuntimeClassInfo, runtime_classes, |rc, _interner| RuntimeClassInfo::from(rc));
-// The operator's own children are kept whole (they are few), minus managedFields.
-observed!(ConfigMap, namespaced, ConfigMap, config_maps, |cm, _interner| {
-    let mut cm = cm.clone();
-    cm.metadata.managed_fields = None;
-    cm
-});
-observed!(PriorityClass, cluster, PriorityClass, priority_classes, |pc, _interner| {
-    let mut pc = pc.clone();
-    pc.metadata.managed_fields = None;
-    pc
-});
-observed!(ResourceQuota, namespaced, ResourceQuota, resource_quotas, |rq, _interner| {
-    let mut rq = rq.clone();
-    rq.metadata.managed_fields = None;
-    rq.status = None;
-    rq
-});
-
-// Deployments and StatefulSets share one table, so each owns only its kind's keys.
-impl Observed for Deployment {
-    type Key = (WorkloadKind, ObjectKey);
-    type Lean = Workload;
-    fn key(&self) -> Self::Key {
-        (WorkloadKind::Deployment, namespaced_key(self))
-    }
-    fn lean(&self, _: &mut Interner) -> Workload {
-        Workload::from(self)
-    }
-    fn table(s: &mut Snapshot) -> &mut BTreeMap<Self::Key, Workload> {
-        &mut s.workloads
-    }
-    fn owns(key: &Self::Key) -> bool {
-        key.0 == WorkloadKind::Deployment
-    }
-}
-
-impl Observed for StatefulSet {
-    type Key = (WorkloadKind, ObjectKey);
-    type Lean = Workload;
-    fn key(&self) -> Self::Key {
-        (WorkloadKind::StatefulSet, namespaced_key(self))
-    }
-    fn lean(&self, _: &mut Interner) -> Workload {
-        Workload::from(self)
-    }
-    fn table(s: &mut Snapshot) -> &mut BTreeMap<Self::Key, Workload> {
-        &mut s.workloads
-    }
-    fn owns(key: &Self::Key) -> bool {
-        key.0 == WorkloadKind::StatefulSet
-    }
-}
-
 /// Start every watch; they run until the process ends.
 pub fn start(client: &Client) -> Arc<SharedSnapshot> {
     let owned = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"));
@@ -209,7 +116,11 @@ pub fn start(client: &Client) -> Arc<SharedSnapshot> {
     shared
 }
 
-fn spawn<K: Observed>(api: Api<K>, config: watcher::Config, shared: Arc<SharedSnapshot>) {
+/// What a watched kind needs beyond the snapshot's index.
+trait Watched: Indexed + Clone + DeserializeOwned + Debug + Send + Sync + 'static {}
+impl<K: Indexed + Clone + DeserializeOwned + Debug + Send + Sync + 'static> Watched for K {}
+
+fn spawn<K: Watched>(api: Api<K>, config: watcher::Config, shared: Arc<SharedSnapshot>) {
     shared.pending.fetch_add(1, Ordering::AcqRel);
     tokio::spawn(async move {
         let kind = K::kind(&()).to_string();
@@ -229,14 +140,12 @@ fn spawn<K: Observed>(api: Api<K>, config: watcher::Config, shared: Arc<SharedSn
             match event {
                 watcher::Event::Init => buffer = Some(BTreeMap::new()),
                 watcher::Event::InitApply(obj) => {
-                    if let Some(b) = buffer.as_mut() {
-                        b.insert(obj.key(), obj.lean(&mut snapshot.interner));
+                    if let (Some(b), Some((key, lean))) = (buffer.as_mut(), snapshot.entry(&obj)) {
+                        b.insert(key, lean);
                     }
                 }
                 watcher::Event::InitDone => {
-                    let table = K::table(&mut snapshot);
-                    table.retain(|k, _| !K::owns(k));
-                    table.extend(buffer.take().unwrap_or_default());
+                    snapshot.reset::<K>(buffer.take().unwrap_or_default());
                     if !listed_once {
                         listed_once = true;
                         shared.pending.fetch_sub(1, Ordering::AcqRel);
@@ -246,13 +155,8 @@ fn spawn<K: Observed>(api: Api<K>, config: watcher::Config, shared: Arc<SharedSn
                         debug!(%kind, "initial list complete");
                     }
                 }
-                watcher::Event::Apply(obj) => {
-                    let lean = obj.lean(&mut snapshot.interner);
-                    K::table(&mut snapshot).insert(obj.key(), lean);
-                }
-                watcher::Event::Delete(obj) => {
-                    K::table(&mut snapshot).remove(&obj.key());
-                }
+                watcher::Event::Apply(obj) => snapshot.apply(&obj),
+                watcher::Event::Delete(obj) => snapshot.delete(&obj),
             }
             drop(snapshot);
             shared.changed.notify_one();

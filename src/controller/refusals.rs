@@ -10,7 +10,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::apply::PlacementRefusal;
+use super::apply::{Concern, PlacementRefusal};
 use crate::{
     plan::Change,
     snapshot::{ObjectKey, WorkloadKind},
@@ -19,10 +19,13 @@ use crate::{
 /// How long a refusal other than a conflict holds before the apply is tried again.
 pub const REJECTION_RETRY: Duration = Duration::from_secs(60);
 
-type Key = (WorkloadKind, ObjectKey);
+type Key = (Concern, WorkloadKind, ObjectKey);
+
+/// Per Bulkhead: each refused workload patch, with when it was first refused.
+type Memory = BTreeMap<String, BTreeMap<Key, (PlacementRefusal, Instant)>>;
 
 #[derive(Default)]
-pub struct RefusalMemory(Mutex<BTreeMap<String, BTreeMap<Key, (PlacementRefusal, Instant)>>>);
+pub struct RefusalMemory(Mutex<Memory>);
 
 impl RefusalMemory {
     /// Drop the placements that would hit a remembered refusal again (same
@@ -34,9 +37,14 @@ impl RefusalMemory {
         let mut still = Vec::new();
         let mut rest = Vec::new();
         for change in changes {
-            if let Change::PlaceWorkload(p) = &change {
-                if let Some((c, noticed)) = known.get(&(p.kind, p.key.clone())) {
-                    let same = c.generation == p.generation && c.fingerprint == p.fingerprint;
+            let patch = match &change {
+                Change::PlaceWorkload(p) => Some((Concern::Placement, p.kind, &p.key, p.generation, &p.fingerprint)),
+                Change::InjectProxy(p) => Some((Concern::Proxy, p.kind, &p.key, p.generation, &p.fingerprint)),
+                _ => None,
+            };
+            if let Some((concern, kind, key, generation, fingerprint)) = patch {
+                if let Some((c, noticed)) = known.get(&(concern, kind, key.clone())) {
+                    let same = c.generation == generation && &c.fingerprint == fingerprint;
                     if same && (c.conflict || noticed.elapsed() < REJECTION_RETRY) {
                         still.push(c.clone());
                         continue;
@@ -60,7 +68,7 @@ impl RefusalMemory {
         let entries = refusals
             .iter()
             .map(|c| {
-                let key = (c.kind, c.key.clone());
+                let key = (c.concern, c.kind, c.key.clone());
                 let noticed = previous.get(&key).filter(|(p, _)| p == c).map_or(now, |(_, at)| *at);
                 (key, (c.clone(), noticed))
             })
@@ -90,6 +98,7 @@ mod tests {
 
     fn refusal(name: &str, generation: i64, fingerprint: &str, conflict: bool) -> PlacementRefusal {
         PlacementRefusal {
+            concern: Concern::Placement,
             kind: WorkloadKind::Deployment,
             key: ObjectKey::new("shop", name),
             generation: Some(generation),

@@ -4,10 +4,12 @@
 mod definition;
 mod spec;
 mod status;
+mod vocabulary;
 
 pub use definition::{crd_yaml, definition};
 pub use spec::*;
 pub use status::*;
+pub use vocabulary::*;
 
 /// Label put on everything the operator writes, so cleanup finds exactly that.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
@@ -24,7 +26,5 @@ pub const FIELD_MANAGER: &str = "bulkhead";
 /// Why a spec does not decode, with the JSON path of the field at fault
 /// (`spec.classes[1].reserved: invalid type: string "ten", expected u32`).
 pub fn locate_spec_error(spec: serde_json::Value) -> Option<String> {
-    serde_path_to_error::deserialize::<_, BulkheadSpec>(spec)
-        .err()
-        .map(|e| format!("spec.{}: {}", e.path(), e.inner()))
+    serde_path_to_error::deserialize::<_, BulkheadSpec>(spec).err().map(|e| format!("spec.{}: {}", e.path(), e.inner()))
 }

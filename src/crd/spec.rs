@@ -9,7 +9,10 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::status::BulkheadStatus;
+use super::{
+    status::BulkheadStatus,
+    vocabulary::{Layer, Scope},
+};
 
 /// A DNS-1123 label: what Kubernetes accepts in a label value and an object name.
 pub const DNS_LABEL_PATTERN: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
@@ -85,14 +88,6 @@ pub struct PoolSpec {
     pub shared_surplus: Option<u32>,
 }
 
-/// Whether the pool's numbers are per replica or fleet-wide.
-#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
-pub enum Scope {
-    #[default]
-    Instance,
-    Fleet,
-}
-
 /// The pods that run the pools.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -103,27 +98,86 @@ pub struct WorkloadRef {
     /// Selects the Deployments and StatefulSets (by their pod template labels)
     /// whose replicas run the pools.
     pub selector: LabelSelector,
+    /// Inject the enforcement sidecar (`bulkhead proxy`) into these workloads'
+    /// pods: it counts every request against the pool config and rejects at a
+    /// class's ceiling.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<ProxySpec>,
 }
 
-/// A layer of the stack that two classes may share.
-#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema)]
-pub enum Layer {
-    /// Same pod or container: a shared heap and garbage collector.
-    Process,
-    /// Same node: a shared kernel, page cache and NIC.
-    Node,
-    /// Same kernel: same node without a sandboxing RuntimeClass.
-    Kernel,
-    /// Same topology.kubernetes.io/zone.
-    Zone,
-    /// Same machine under the node (hypervisor).
-    Host,
-    /// Same database instance behind the endpoints the classes use.
-    Database,
+/// The sidecar that enforces the pool config in every replica.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProxySpec {
+    /// Ingress: in front of the app, each request classified by header or path
+    /// prefix. Egress: in front of the downstreams, one listener per class.
+    #[serde(default)]
+    pub mode: ProxyMode,
+    /// Ingress: the port the proxy listens on (point the Service's targetPort here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: Option<u16>,
+    /// Ingress: the app's own port on localhost, where admitted requests go.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub upstream_port: Option<u16>,
+    /// Ingress: the request header that names the class (default x-bulkhead-class).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 256))]
+    pub classify_header: Option<String>,
+    /// Ingress: classify by path prefix instead of a header; the longest match wins.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub path_prefixes: Vec<PathPrefix>,
+    /// Ingress: a request that names no known class goes to this class, or is
+    /// rejected with reason `unclassified` when this is `reject` (the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub unclassified: Option<String>,
+    /// Egress: one local listener per class and downstream.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub routes: Vec<ProxyRoute>,
+    /// Port of the proxy's /healthz, /readyz and /metrics (never counted; default 9901).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub admin_port: Option<u16>,
+    /// Image of the sidecar; defaults to the operator's own (the chart's image).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
 }
 
-impl Layer {
-    pub const ALL: [Layer; 6] = [Layer::Process, Layer::Node, Layer::Kernel, Layer::Zone, Layer::Host, Layer::Database];
+/// Where the sidecar stands.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum ProxyMode {
+    #[default]
+    Ingress,
+    Egress,
+}
+
+/// Requests whose path starts with `prefix` belong to `class`.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PathPrefix {
+    /// A path prefix starting with /.
+    #[schemars(length(min = 1, max = 1024), regex(pattern = "^/"))]
+    pub prefix: String,
+    /// The class of the requests under it.
+    #[schemars(length(min = 1, max = 63), regex(pattern = DNS_LABEL_PATTERN))]
+    pub class: String,
+}
+
+/// Egress: the class's requests to `upstream` go through local port `port`.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProxyRoute {
+    /// The class whose requests take this route.
+    #[schemars(length(min = 1, max = 63), regex(pattern = DNS_LABEL_PATTERN))]
+    pub class: String,
+    /// The local port the application sends this class's requests to.
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: u16,
+    /// http://host:port of the downstream.
+    #[schemars(length(min = 1, max = 2048), regex(pattern = "^http://"))]
+    pub upstream: String,
 }
 
 /// One class of work.

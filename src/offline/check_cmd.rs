@@ -5,7 +5,7 @@
 use kube::ResourceExt;
 use serde_json::{json, Value};
 
-use super::evaluate::Evaluation;
+use super::evaluate::Evaluated;
 use crate::crd::{Layer, LayerState};
 
 pub const EXIT_OK: u8 = 0;
@@ -23,7 +23,7 @@ pub struct CheckReport {
     pub exit: u8,
 }
 
-pub fn check_report(evaluations: &[Evaluation], strict: bool) -> CheckReport {
+pub fn check_report(evaluations: &[Evaluated], strict: bool) -> CheckReport {
     let mut summary = Vec::new();
     let (mut failed, mut unverified, mut invalid) = (false, false, false);
     for e in evaluations {
@@ -64,7 +64,8 @@ pub fn check_report(evaluations: &[Evaluation], strict: bool) -> CheckReport {
                 ));
             }
             if layer.pairs.len() > MAX_PAIRS_SHOWN {
-                summary.push(format!("    … and {} more pairs (see status.layers)", layer.pairs.len() - MAX_PAIRS_SHOWN));
+                summary
+                    .push(format!("    … and {} more pairs (see status.layers)", layer.pairs.len() - MAX_PAIRS_SHOWN));
             }
             if layer.required && layer.state != LayerState::Separate {
                 summary.push(format!("    next: {}", advice(layer.name, layer.state)));
@@ -101,17 +102,29 @@ pub fn advice(layer: Layer, state: LayerState) -> &'static str {
         return "nothing to do";
     }
     match (layer, state) {
-        (Layer::Process, LayerState::Shared) => "run each class in its own pods (a Deployment per class, selected by classes[].pods)",
+        (Layer::Process, LayerState::Shared) => {
+            "run each class in its own pods (a Deployment per class, selected by classes[].pods)"
+        }
         (Layer::Process, _) => "give every class pods selectors (classes[].pods) or name the workload",
-        (Layer::Node, LayerState::Shared) => "give each class its own nodes (node groups, or pod anti-affinity on kubernetes.io/hostname)",
+        (Layer::Node, LayerState::Shared) => {
+            "give each class its own nodes (node groups, or pod anti-affinity on kubernetes.io/hostname)"
+        }
         (Layer::Node, _) => "wait for the classes' pods to be scheduled, or check their selectors",
-        (Layer::Kernel, LayerState::Shared) => "separate the classes' nodes, or run one of them with a sandboxed RuntimeClass (Kata, gVisor)",
+        (Layer::Kernel, LayerState::Shared) => {
+            "separate the classes' nodes, or run one of them with a sandboxed RuntimeClass (Kata, gVisor)"
+        }
         (Layer::Kernel, _) => "make sure the RuntimeClasses the pods name exist",
-        (Layer::Zone, LayerState::Shared) => "spread the classes over zones (anti-affinity on topology.kubernetes.io/zone)",
+        (Layer::Zone, LayerState::Shared) => {
+            "spread the classes over zones (anti-affinity on topology.kubernetes.io/zone)"
+        }
         (Layer::Zone, _) => "label every node with topology.kubernetes.io/zone",
         (Layer::Host, LayerState::Shared) => "move the classes' nodes onto different machines",
-        (Layer::Host, _) => "label nodes with the machine under them and pass --host-label, or accept that the API cannot see it",
+        (Layer::Host, _) => {
+            "label nodes with the machine under them and pass --host-label, or accept that the API cannot see it"
+        }
         (Layer::Database, LayerState::Shared) => "give the classes separate database instances",
-        (Layer::Database, _) => "point the classes at in-cluster Services whose backends the API can see, or accept the risk",
+        (Layer::Database, _) => {
+            "point the classes at in-cluster Services whose backends the API can see, or accept the risk"
+        }
     }
 }

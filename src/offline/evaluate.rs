@@ -1,18 +1,17 @@
-//! Plan and audit every Bulkhead read from files: what the controller would
-//! compute, without a cluster.
+//! Every Bulkhead read from files, evaluated as the controller would and
+//! given the status it would report (nothing is applied offline).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::ResourceExt;
 
 use super::Input;
 use crate::{
-    audit::{audit, Audit, AuditConfig},
+    audit::Audit,
     crd::Bulkhead,
-    plan::{changes, plan, Change, Plan},
-    status::{build_status, ApplyOutcome},
+    plan::{Change, Plan},
+    status::{evaluate, ApplyOutcome, Config, Evaluation},
 };
 
-pub struct Evaluation {
+pub struct Evaluated {
     /// The Bulkhead with the status the operator would report.
     pub bulkhead: Bulkhead,
     pub plan: Plan,
@@ -21,20 +20,18 @@ pub struct Evaluation {
     pub changes: Vec<Change>,
 }
 
-pub fn evaluate(input: &Input, config: &AuditConfig, now: &Time) -> Vec<Evaluation> {
+pub fn evaluate_all(input: &Input, config: &Config, now: &Time) -> Vec<Evaluated> {
     input
         .bulkheads
         .iter()
         .map(|bulkhead| {
-            let plan = plan(bulkhead, &input.snapshot);
-            let changes = changes(&bulkhead.name_any(), &plan, &input.snapshot, bulkhead.spec.workload.is_some());
-            // An invalid spec is not audited (the controller does the same).
-            let audit = plan.is_valid().then(|| audit(bulkhead, &input.snapshot, config));
-            let status = build_status(bulkhead, &plan, audit.as_ref(), &ApplyOutcome::NotApplied, bulkhead.status.as_ref(), now);
+            let evaluation = evaluate(bulkhead, &input.snapshot, config);
+            let status = evaluation.status(bulkhead, &ApplyOutcome::NotApplied, now);
             let mut bulkhead = bulkhead.clone();
             bulkhead.metadata.managed_fields = None;
             bulkhead.status = Some(status);
-            Evaluation { bulkhead, plan, audit, changes }
+            let Evaluation { plan, changes, audit } = evaluation;
+            Evaluated { bulkhead, plan, audit, changes }
         })
         .collect()
 }

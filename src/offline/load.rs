@@ -13,13 +13,7 @@ use k8s_openapi::api::{
 use serde::{de::DeserializeOwned, Deserialize};
 use serde_json::Value;
 
-use crate::{
-    crd::{Bulkhead, MANAGED_BY_LABEL, MANAGED_BY_VALUE},
-    snapshot::{
-        Autoscaler, EndpointsInfo, NamespaceInfo, NodeInfo, ObjectKey, PodInfo, RuntimeClassInfo, ServiceInfo,
-        Snapshot, Workload,
-    },
-};
+use crate::{crd::Bulkhead, snapshot::Snapshot};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -38,8 +32,6 @@ pub enum LoadError {
 pub struct Input {
     pub bulkheads: Vec<Bulkhead>,
     pub snapshot: Snapshot,
-    /// Objects of kinds the planner does not read.
-    pub ignored: usize,
 }
 
 pub fn load_files(paths: &[PathBuf]) -> Result<Input, LoadError> {
@@ -56,7 +48,8 @@ fn load_text(input: &mut Input, path: &Path, text: &str) -> Result<(), LoadError
         let document_no = i + 1;
         let invalid = |message: String| LoadError::Invalid { file: path.to_path_buf(), document: document_no, message };
         let value = serde_yaml::Value::deserialize(document).map_err(|e| invalid(format!("not YAML: {e}")))?;
-        let value: Value = serde_json::to_value(value).map_err(|e| invalid(format!("not representable as JSON: {e}")))?;
+        let value: Value =
+            serde_json::to_value(value).map_err(|e| invalid(format!("not representable as JSON: {e}")))?;
         if value.is_null() {
             continue; // empty document (a trailing `---`)
         }
@@ -77,73 +70,23 @@ fn add_object(input: &mut Input, value: Value) -> Result<(), String> {
     let snapshot = &mut input.snapshot;
     match kind.as_str() {
         "Bulkhead" => input.bulkheads.push(decode_bulkhead(value)?),
-        "Namespace" => {
-            let ns: Namespace = decode(value)?;
-            let info = NamespaceInfo::from(&ns);
-            snapshot.namespaces.insert(info.name.clone(), info);
-        }
-        "Deployment" => add_workload(snapshot, Workload::from(&decode::<Deployment>(value)?)),
-        "StatefulSet" => add_workload(snapshot, Workload::from(&decode::<StatefulSet>(value)?)),
-        "HorizontalPodAutoscaler" => {
-            // autoscaling/v1 and v2 agree on scaleTargetRef and maxReplicas.
-            let a = Autoscaler::from(&decode::<HorizontalPodAutoscaler>(value)?);
-            snapshot.autoscalers.insert(ObjectKey::new(&a.namespace, &a.name), a);
-        }
-        "Node" => {
-            let node: Node = decode(value)?;
-            let info = NodeInfo::from_node(&node, &mut snapshot.interner);
-            snapshot.nodes.insert(info.name.clone(), info);
-        }
-        "Pod" => {
-            let pod: Pod = decode(value)?;
-            let info = PodInfo::from_pod(&pod, &mut snapshot.interner);
-            snapshot.pods.insert(key(&pod.metadata), info);
-        }
-        "Service" => {
-            let svc: Service = decode(value)?;
-            snapshot.services.insert(key(&svc.metadata), ServiceInfo::from(&svc));
-        }
-        "Endpoints" => {
-            let ep: Endpoints = decode(value)?;
-            snapshot.endpoints.insert(key(&ep.metadata), EndpointsInfo::from(&ep));
-        }
-        "RuntimeClass" => {
-            let rc: RuntimeClass = decode(value)?;
-            snapshot.runtime_classes.insert(rc.metadata.name.clone().unwrap_or_default(), RuntimeClassInfo::from(&rc));
-        }
-        "ConfigMap" => {
-            let cm: ConfigMap = decode(value)?;
-            if managed(&cm.metadata) {
-                snapshot.config_maps.insert(key(&cm.metadata), cm);
-            }
-        }
-        "ResourceQuota" => {
-            let rq: ResourceQuota = decode(value)?;
-            if managed(&rq.metadata) {
-                snapshot.resource_quotas.insert(key(&rq.metadata), rq);
-            }
-        }
-        "PriorityClass" => {
-            let pc: PriorityClass = decode(value)?;
-            if managed(&pc.metadata) {
-                snapshot.priority_classes.insert(pc.metadata.name.clone().unwrap_or_default(), pc);
-            }
-        }
-        _ => input.ignored += 1,
+        "Namespace" => snapshot.apply(&decode::<Namespace>(value)?),
+        "Deployment" => snapshot.apply(&decode::<Deployment>(value)?),
+        "StatefulSet" => snapshot.apply(&decode::<StatefulSet>(value)?),
+        // autoscaling/v1 and v2 agree on scaleTargetRef and maxReplicas.
+        "HorizontalPodAutoscaler" => snapshot.apply(&decode::<HorizontalPodAutoscaler>(value)?),
+        "Node" => snapshot.apply(&decode::<Node>(value)?),
+        "Pod" => snapshot.apply(&decode::<Pod>(value)?),
+        "Service" => snapshot.apply(&decode::<Service>(value)?),
+        "Endpoints" => snapshot.apply(&decode::<Endpoints>(value)?),
+        "RuntimeClass" => snapshot.apply(&decode::<RuntimeClass>(value)?),
+        "ConfigMap" => snapshot.apply(&decode::<ConfigMap>(value)?),
+        "ResourceQuota" => snapshot.apply(&decode::<ResourceQuota>(value)?),
+        "PriorityClass" => snapshot.apply(&decode::<PriorityClass>(value)?),
+        // Kinds the planner does not read.
+        _ => {}
     }
     Ok(())
-}
-
-fn add_workload(snapshot: &mut Snapshot, w: Workload) {
-    snapshot.workloads.insert((w.kind, ObjectKey::new(&w.namespace, &w.name)), w);
-}
-
-fn managed(meta: &kube::api::ObjectMeta) -> bool {
-    meta.labels.as_ref().and_then(|l| l.get(MANAGED_BY_LABEL)).is_some_and(|v| v == MANAGED_BY_VALUE)
-}
-
-fn key(meta: &kube::api::ObjectMeta) -> ObjectKey {
-    ObjectKey::new(meta.namespace.clone().unwrap_or_default(), meta.name.clone().unwrap_or_default())
 }
 
 /// Decode with the path of the failing field in the message.

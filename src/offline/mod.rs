@@ -6,7 +6,9 @@ mod evaluate;
 mod load;
 mod plan_cmd;
 
-pub use check_cmd::{advice, check_report, CheckReport, EXIT_INVALID_INPUT, EXIT_SHARED_OR_UNFUNDED, EXIT_UNVERIFIED_STRICT};
-pub use evaluate::{evaluate, Evaluation};
+pub use check_cmd::{
+    advice, check_report, CheckReport, EXIT_INVALID_INPUT, EXIT_SHARED_OR_UNFUNDED, EXIT_UNVERIFIED_STRICT,
+};
+pub use evaluate::{evaluate_all, Evaluated};
 pub use load::{load_files, Input, LoadError};
 pub use plan_cmd::{plan_report, OutputFormat, PlanReport};

@@ -3,7 +3,7 @@
 use kube::ResourceExt;
 use serde_json::{json, Value};
 
-use super::evaluate::Evaluation;
+use super::evaluate::Evaluated;
 use crate::plan::{claim_key, Plan, CLAIM_EFFECT};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -21,7 +21,7 @@ pub struct PlanReport {
     pub invalid: bool,
 }
 
-pub fn plan_report(evaluations: &[Evaluation]) -> PlanReport {
+pub fn plan_report(evaluations: &[Evaluated]) -> PlanReport {
     let mut items = Vec::new();
     let mut summary = Vec::new();
     let mut invalid = false;
@@ -34,6 +34,7 @@ pub fn plan_report(evaluations: &[Evaluation]) -> PlanReport {
         items.extend(claimed_nodes(&name, &e.plan));
         // Workload patches are partial objects: exactly what would be server-side applied.
         items.extend(e.plan.placement.iter().flat_map(|p| &p.workloads).map(|w| w.body.clone()));
+        items.extend(e.plan.proxy.injections.iter().map(|i| i.body.clone()));
         invalid |= !e.plan.is_valid();
         for c in e.bulkhead.status.iter().flat_map(|s| &s.conditions) {
             summary.push(format!("bulkhead {name}: {} {} ({}): {}", c.type_, c.status, c.reason, c.message));

@@ -2,39 +2,30 @@
 //! class may borrow, whether the design is fundable, and how the numbers split
 //! over replicas.
 //!
-//! Worked example (DESIGN.md): capacity 200, four classes reserving 30 each,
+//! Worked example (the README's): capacity 200, four classes reserving 30 each,
 //! shared surplus 80 → each class's ceiling is 110, and when one class hangs
 //! holding all of it, 90 remain for the others.
 
-use super::SpecError;
-use crate::crd::{BulkheadSpec, Scope};
-
-/// How many replicas run the pools.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Replicas {
-    /// Desired replicas now (sum over the matched workloads).
-    pub current: u32,
-    /// The most they can reach through autoscaling, when an autoscaler targets them.
-    pub max: Option<u32>,
-}
-
-impl Replicas {
-    /// Replicas a Fleet pool is split over: the most there can be, so that
-    /// scaling up never pushes the fleet past capacity before the config is
-    /// rewritten. Never 0 (an absent workload is planned as one replica).
-    pub fn divisor(self) -> u32 {
-        self.current.max(self.max.unwrap_or(0)).max(1)
-    }
-}
+use crate::{
+    crd::{BulkheadSpec, Scope},
+    select::{Replicas, SpecError},
+};
 
 /// Whether the reservations and surplus fit in the capacity.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Funding {
-    Funded { message: String },
+    Funded {
+        message: String,
+    },
     /// Reservations plus surplus exceed capacity.
-    Unfundable { message: String },
+    Unfundable {
+        message: String,
+    },
     /// Fleet split: some class's per-replica floor rounds down to nothing.
-    FloorRoundsToZero { classes: Vec<String>, message: String },
+    FloorRoundsToZero {
+        classes: Vec<String>,
+        message: String,
+    },
 }
 
 impl Funding {
@@ -140,10 +131,9 @@ pub fn plan_capacity(spec: &BulkheadSpec, replicas: Option<Replicas>) -> (Capaci
     let per_replica_capacity = capacity / divisor;
     let (fleet_capacity, fleet_capacity_at_max) = match (pool.scope, replicas) {
         (_, None) => (None, None),
-        (Scope::Instance, Some(r)) => (
-            Some(u64::from(capacity) * u64::from(r.current)),
-            r.max.map(|m| u64::from(capacity) * u64::from(m)),
-        ),
+        (Scope::Instance, Some(r)) => {
+            (Some(u64::from(capacity) * u64::from(r.current)), r.max.map(|m| u64::from(capacity) * u64::from(m)))
+        }
         (Scope::Fleet, Some(r)) => {
             let per_replica: u64 =
                 classes.iter().map(|c| u64::from(c.reserved_per_replica)).sum::<u64>() + u64::from(per_replica_shared);
@@ -186,8 +176,7 @@ fn funding(spec: &BulkheadSpec, classes: &[ClassCapacity], reserved_total: u64, 
             ),
         };
     }
-    let zero: Vec<&ClassCapacity> =
-        classes.iter().filter(|c| c.reserved > 0 && c.reserved_per_replica == 0).collect();
+    let zero: Vec<&ClassCapacity> = classes.iter().filter(|c| c.reserved > 0 && c.reserved_per_replica == 0).collect();
     if !zero.is_empty() {
         let detail = zero
             .iter()
@@ -196,7 +185,9 @@ fn funding(spec: &BulkheadSpec, classes: &[ClassCapacity], reserved_total: u64, 
             .join("; ");
         return Funding::FloorRoundsToZero {
             classes: zero.iter().map(|c| c.name.clone()).collect(),
-            message: format!("{detail}: a floor of 0 guarantees nothing (raise the reservation or lower the replica count)"),
+            message: format!(
+                "{detail}: a floor of 0 guarantees nothing (raise the reservation or lower the replica count)"
+            ),
         };
     }
     Funding::Funded {

@@ -15,6 +15,8 @@ use super::{
     claim_key,
     nodes::{node_change, NodeChange},
     placement::WorkloadPlacement,
+    proxy::ProxyInjection,
+    quantity::nano_units,
     Plan,
 };
 use crate::{
@@ -34,6 +36,8 @@ pub enum Change {
     PlaceWorkload(WorkloadPlacement),
     WithdrawWorkload(WorkloadKind, ObjectKey),
     ApplyConfigMap(ConfigMap),
+    InjectProxy(ProxyInjection),
+    WithdrawProxy(WorkloadKind, ObjectKey),
     DeleteConfigMap(ObjectKey),
     ApplyQuota(ResourceQuota),
     DeleteQuota(ObjectKey),
@@ -41,18 +45,23 @@ pub enum Change {
 
 impl std::fmt::Display for Change {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let key = |m: &ObjectMeta| {
-            ObjectKey::new(m.namespace.clone().unwrap_or_default(), m.name.clone().unwrap_or_default())
-        };
+        let key = ObjectKey::from;
         match self {
             Change::ApplyPriorityClass(pc) => {
-                write!(f, "apply PriorityClass {} (value {})", pc.metadata.name.as_deref().unwrap_or_default(), pc.value)
+                write!(
+                    f,
+                    "apply PriorityClass {} (value {})",
+                    pc.metadata.name.as_deref().unwrap_or_default(),
+                    pc.value
+                )
             }
             Change::DeletePriorityClass(name) => write!(f, "delete PriorityClass {name}"),
             Change::Node(n) => write!(f, "{n}"),
             Change::PlaceWorkload(p) => write!(f, "place {} in class {}", p.describe(), p.class),
             Change::WithdrawWorkload(kind, key) => write!(f, "withdraw placement from {} {key}", kind.as_str()),
             Change::ApplyConfigMap(cm) => write!(f, "apply ConfigMap {}", key(&cm.metadata)),
+            Change::InjectProxy(p) => write!(f, "inject the proxy into {}", p.describe()),
+            Change::WithdrawProxy(kind, key) => write!(f, "withdraw the proxy from {} {key}", kind.as_str()),
             Change::DeleteConfigMap(k) => write!(f, "delete ConfigMap {k}"),
             Change::ApplyQuota(rq) => write!(f, "apply ResourceQuota {}", key(&rq.metadata)),
             Change::DeleteQuota(k) => write!(f, "delete ResourceQuota {k}"),
@@ -86,7 +95,9 @@ pub fn changes(name: &str, plan: &Plan, snapshot: &Snapshot, names_workload: boo
         }
     }
     for (pc_name, existing) in &snapshot.priority_classes {
-        if ours(&existing.metadata) && !plan.priority_classes.iter().any(|pc| pc.metadata.name.as_ref() == Some(pc_name)) {
+        if ours(&existing.metadata)
+            && !plan.priority_classes.iter().any(|pc| pc.metadata.name.as_ref() == Some(pc_name))
+        {
             stale_priority_classes.push(Change::DeletePriorityClass(pc_name.clone()));
         }
     }
@@ -104,21 +115,23 @@ pub fn changes(name: &str, plan: &Plan, snapshot: &Snapshot, names_workload: boo
     }
 
     if let Some(cm) = &plan.config_map {
-        let key = key_of(&cm.metadata);
+        let key = ObjectKey::from(&cm.metadata);
         match snapshot.config_maps.get(&key) {
             // Only the key we write counts: another manager's keys survive our
             // apply, so comparing the whole map would re-apply forever.
-            Some(existing)
-                if meta_up_to_date(&existing.metadata, &cm.metadata)
-                    && our_key(existing) == our_key(cm) => {}
+            Some(existing) if meta_up_to_date(&existing.metadata, &cm.metadata) && our_key(existing) == our_key(cm) => {
+            }
             _ => out.push(Change::ApplyConfigMap(cm.clone())),
         }
     }
+    // Sidecars after the config they mount; withdrawn before it goes.
+    out.extend(plan.proxy.withdrawals.iter().cloned().map(|(kind, key)| Change::WithdrawProxy(kind, key)));
+    out.extend(plan.proxy.injections.iter().filter(|i| !i.up_to_date).cloned().map(Change::InjectProxy));
     // A withheld config (unfunded, namespace missing) leaves the last one in place;
     // a config that moved namespace, or a Bulkhead that dropped its workload, removes it.
     if plan.config_map.is_some() || !names_workload {
         for (key, existing) in &snapshot.config_maps {
-            let desired = plan.config_map.iter().any(|cm| key_of(&cm.metadata) == *key);
+            let desired = plan.config_map.iter().any(|cm| ObjectKey::from(&cm.metadata) == *key);
             if ours(&existing.metadata) && !desired {
                 out.push(Change::DeleteConfigMap(key.clone()));
             }
@@ -126,7 +139,7 @@ pub fn changes(name: &str, plan: &Plan, snapshot: &Snapshot, names_workload: boo
     }
 
     for rq in &plan.quotas {
-        let key = key_of(&rq.metadata);
+        let key = ObjectKey::from(&rq.metadata);
         let hard = |q: &ResourceQuota| q.spec.as_ref().and_then(|s| s.hard.clone()).unwrap_or_default();
         let scope = |q: &ResourceQuota| q.spec.as_ref().and_then(|s| s.scope_selector.clone());
         match snapshot.resource_quotas.get(&key) {
@@ -143,7 +156,7 @@ pub fn changes(name: &str, plan: &Plan, snapshot: &Snapshot, names_workload: boo
         }
     }
     for (key, existing) in &snapshot.resource_quotas {
-        let desired = plan.quotas.iter().any(|rq| key_of(&rq.metadata) == *key);
+        let desired = plan.quotas.iter().any(|rq| ObjectKey::from(&rq.metadata) == *key);
         if ours(&existing.metadata) && !desired {
             out.push(Change::DeleteQuota(key.clone()));
         }
@@ -166,17 +179,16 @@ fn our_key(cm: &ConfigMap) -> Option<&String> {
     cm.data.as_ref().and_then(|d| d.get(POOL_CONFIG_KEY))
 }
 
-fn key_of(meta: &ObjectMeta) -> ObjectKey {
-    ObjectKey::new(meta.namespace.clone().unwrap_or_default(), meta.name.clone().unwrap_or_default())
-}
-
 /// Our labels are present and our owner reference is there (others may add theirs).
 fn meta_up_to_date(existing: &ObjectMeta, desired: &ObjectMeta) -> bool {
-    let labels_ok = desired.labels.iter().flatten().all(|(k, v)| {
-        existing.labels.as_ref().and_then(|l| l.get(k)) == Some(v)
-    });
+    let labels_ok =
+        desired.labels.iter().flatten().all(|(k, v)| existing.labels.as_ref().and_then(|l| l.get(k)) == Some(v));
     let owners_ok = desired.owner_references.iter().flatten().all(|want| {
-        existing.owner_references.iter().flatten().any(|have| have.uid == want.uid && have.controller == want.controller)
+        existing
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|have| have.uid == want.uid && have.controller == want.controller)
     });
     labels_ok && owners_ok
 }
@@ -195,52 +207,6 @@ fn same_quantities(
     })
 }
 
-/// A quantity in billionths of a unit: every suffix Kubernetes accepts
-/// (n u m k M G T P E, Ki … Ei) and exponents (1e3). None when it does not
-/// parse or does not fit, and the two sides then compare as text.
-pub fn nano_units(q: &str) -> Option<i128> {
-    let q = q.trim();
-    let (negative, q) = match q.strip_prefix('-') {
-        Some(rest) => (true, rest),
-        None => (false, q.strip_prefix('+').unwrap_or(q)),
-    };
-    let split = q.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(q.len());
-    let (number, suffix) = q.split_at(split);
-    let scale: i128 = match suffix {
-        "n" => 1,
-        "u" => 1_000,
-        "m" => 1_000_000,
-        "" => 1_000_000_000,
-        "k" => 10i128.pow(12),
-        "M" => 10i128.pow(15),
-        "G" => 10i128.pow(18),
-        "T" => 10i128.pow(21),
-        "P" => 10i128.pow(24),
-        "E" => 10i128.pow(27),
-        "Ki" | "Mi" | "Gi" | "Ti" | "Pi" | "Ei" => {
-            let power = 10 * (1 + ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"].iter().position(|s| *s == suffix)? as u32);
-            2i128.checked_pow(power)?.checked_mul(1_000_000_000)?
-        }
-        exp if exp.starts_with(['e', 'E']) => {
-            let e: i32 = exp[1..].parse().ok()?;
-            let e = e.checked_add(9)?;
-            if e < 0 {
-                return None;
-            }
-            10i128.checked_pow(u32::try_from(e).ok()?)?
-        }
-        _ => return None,
-    };
-    if number.is_empty() || number == "." {
-        return None;
-    }
-    let (int, frac) = number.split_once('.').unwrap_or((number, ""));
-    let int: i128 = if int.is_empty() { 0 } else { int.parse().ok()? };
-    let frac_value: i128 = if frac.is_empty() { 0 } else { frac.parse().ok()? };
-    let frac_scale = 10i128.checked_pow(u32::try_from(frac.len()).ok()?)?;
-    let value = int.checked_mul(scale)?.checked_add(frac_value.checked_mul(scale)? / frac_scale)?;
-    Some(if negative { -value } else { value })
-}
 /// Everything a Bulkhead made, to delete when it goes: found by label, so
 /// cleanup needs neither a valid spec nor the garbage collector.
 pub fn teardown(name: &str, snapshot: &Snapshot) -> Vec<Change> {
@@ -263,7 +229,13 @@ pub fn teardown(name: &str, snapshot: &Snapshot) -> Vec<Change> {
         .iter()
         .filter(|(_, pc)| ours(&pc.metadata))
         .map(|(n, _)| Change::DeletePriorityClass(n.clone()));
-    // Workloads first: their new pods must not name a PriorityClass that is gone.
+    // Workloads first: their new pods must not name a PriorityClass that is
+    // gone, nor mount a pool config that is gone.
     let withdrawals = placed_by(name, snapshot).into_iter().map(|(kind, key)| Change::WithdrawWorkload(kind, key));
-    withdrawals.chain(nodes).chain(config_maps).chain(quotas).chain(priority_classes).collect()
+    let sidecars = snapshot
+        .workloads
+        .iter()
+        .filter(|(_, w)| w.proxied_by.contains_key(name))
+        .map(|((kind, key), _)| Change::WithdrawProxy(*kind, key.clone()));
+    withdrawals.chain(sidecars).chain(nodes).chain(config_maps).chain(quotas).chain(priority_classes).collect()
 }

@@ -4,41 +4,42 @@
 
 mod capacity;
 mod changes;
-mod errors;
 mod nodes;
 mod placement;
 mod pool_config;
 mod priority;
+mod proxy;
+mod quantity;
 mod quotas;
-mod selector;
 mod validate;
-mod workload;
 
 use k8s_openapi::api::{
     core::v1::{ConfigMap, ResourceQuota},
     scheduling::v1::PriorityClass,
 };
-use kube::ResourceExt;
+use kube::{api::ObjectMeta, Resource, ResourceExt};
 
-pub use changes::{changes, nano_units, teardown, Change};
-pub use capacity::{plan_capacity, CapacityPlan, ClassCapacity, Funding, Replicas};
-pub use errors::SpecError;
+pub use capacity::{plan_capacity, CapacityPlan, ClassCapacity, Funding};
+pub use changes::{changes, teardown, Change};
 pub use nodes::{claim_key, merge_taints, ClassNodes, NodeChange, NodeGroupPlan, CLAIM_EFFECT};
 pub use placement::{placement_manager, withdrawal_body, AmbiguousWorkload, PlacementPlan, WorkloadPlacement};
+pub use pool_config::config_map_name;
 pub use priority::{places_workloads, priority_class_name};
+pub use proxy::{
+    proxy_manager, ProxyInjection, ProxyPlan, DEFAULT_PROXY_IMAGE, PROXY_CONFIG_DIR, PROXY_CONTAINER, PROXY_VOLUME,
+};
+pub use quantity::nano_units;
+pub use quotas::{quota_name, QuotaCollision};
+pub use validate::{is_dns_label, validate};
 
 use nodes::plan_node_groups;
 use placement::plan_placement;
 use priority::priority_classes;
-pub use pool_config::config_map_name;
-pub use quotas::{quota_name, QuotaCollision};
-pub use selector::Matcher;
-pub use validate::{is_dns_label, validate};
-pub use workload::{resolve as resolve_workload, WorkloadMatch};
 
 use crate::{
     crd::{Bulkhead, BULKHEAD_LABEL, CLASS_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE},
     pool_config::PoolConfig,
+    select::{resolve_workload, Selection, SpecError, WorkloadMatch},
     snapshot::{Labels, Snapshot},
 };
 
@@ -63,6 +64,21 @@ pub struct Plan {
     /// Workload patches; None when no class asks for placement.
     pub placement: Option<PlacementPlan>,
     pub priority_classes: Vec<PriorityClass>,
+    /// Sidecar injection (spec.workload.proxy).
+    pub proxy: ProxyPlan,
+}
+
+/// What the planner needs from the operator's own configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlanConfig {
+    /// Image of the injected sidecar when a Bulkhead names none.
+    pub proxy_image: String,
+}
+
+impl Default for PlanConfig {
+    fn default() -> Self {
+        Self { proxy_image: DEFAULT_PROXY_IMAGE.to_string() }
+    }
 }
 
 impl Plan {
@@ -71,16 +87,17 @@ impl Plan {
     }
 }
 
-pub fn plan(bulkhead: &Bulkhead, snapshot: &Snapshot) -> Plan {
-    let mut errors = validate(bulkhead);
-    let workload = bulkhead.spec.workload.as_ref().map(|w| workload::resolve(w, snapshot));
+pub fn plan(selection: &Selection<'_>, snapshot: &Snapshot, config: &PlanConfig) -> Plan {
+    let bulkhead = selection.bulkhead;
+    let mut errors = validate(selection);
+    let workload = resolve_workload(selection, snapshot);
     let (capacity, ceiling_errors) = plan_capacity(&bulkhead.spec, workload.as_ref().map(|w| w.replicas));
     errors.extend(ceiling_errors);
 
     let places = places_workloads(&bulkhead.spec);
-    let (mut quotas, quota_collisions) = quotas::plan_quotas(bulkhead, snapshot, places);
-    let node_groups = plan_node_groups(bulkhead, snapshot);
-    let placement = places.then(|| plan_placement(bulkhead, snapshot));
+    let (mut quotas, quota_collisions) = quotas::plan_quotas(selection, snapshot, places);
+    let node_groups = plan_node_groups(selection, snapshot);
+    let placement = places.then(|| plan_placement(selection, snapshot));
     let priority_classes = if places { priority_classes(bulkhead) } else { Vec::new() };
     let mut config_map = None;
     let mut pool_config = None;
@@ -102,6 +119,8 @@ pub fn plan(bulkhead: &Bulkhead, snapshot: &Snapshot) -> Plan {
     if !errors.is_empty() {
         quotas.clear();
     }
+    let config_map_name = config_map.as_ref().and_then(|cm| cm.metadata.name.as_deref());
+    let proxy = proxy::plan_proxy(selection, snapshot, config_map_name, &config.proxy_image);
     Plan {
         errors,
         capacity,
@@ -114,11 +133,24 @@ pub fn plan(bulkhead: &Bulkhead, snapshot: &Snapshot) -> Plan {
         node_groups,
         placement,
         priority_classes,
+        proxy,
+    }
+}
+
+/// Metadata of every child object: its name, the labels cleanup finds it by,
+/// and the Bulkhead as its controlling owner.
+fn child_meta(bulkhead: &Bulkhead, name: String, namespace: Option<&str>, class: Option<&str>) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name),
+        namespace: namespace.map(str::to_string),
+        labels: Some(child_labels(bulkhead, class)),
+        owner_references: bulkhead.controller_owner_ref(&()).map(|o| vec![o]),
+        ..ObjectMeta::default()
     }
 }
 
 /// Labels on every child object: who manages it, which Bulkhead (and class) owns it.
-pub fn child_labels(bulkhead: &Bulkhead, class: Option<&str>) -> Labels {
+fn child_labels(bulkhead: &Bulkhead, class: Option<&str>) -> Labels {
     let mut labels = Labels::from([
         (MANAGED_BY_LABEL.to_string(), MANAGED_BY_VALUE.to_string()),
         (BULKHEAD_LABEL.to_string(), bulkhead.name_any()),

@@ -6,15 +6,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::Taint;
-use kube::ResourceExt;
-
-use super::selector::Matcher;
 use crate::{
-    audit::members,
-    crd::{Bulkhead, NodeGroupSpec, BULKHEAD_LABEL, CLASS_LABEL},
+    crd::{NodeGroupSpec, BULKHEAD_LABEL, CLASS_LABEL},
+    select::{members, Matcher, Selection},
     snapshot::{LabelLookup, NodeInfo, Snapshot},
 };
+use k8s_openapi::api::core::v1::Taint;
 
 /// Prefix of every claim key; what follows is the Bulkhead's name.
 pub const CLAIM_PREFIX: &str = "bulkhead.dev/";
@@ -50,7 +47,11 @@ pub struct NodeChange {
 impl std::fmt::Display for NodeChange {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.class {
-            Some(class) => write!(f, "claim Node {} for class {class} (label and taint {}={class}:{CLAIM_EFFECT})", self.node, self.label_key),
+            Some(class) => write!(
+                f,
+                "claim Node {} for class {class} (label and taint {}={class}:{CLAIM_EFFECT})",
+                self.node, self.label_key
+            ),
             None => write!(f, "release Node {} (remove label and taint {})", self.node, self.label_key),
         }
     }
@@ -87,10 +88,7 @@ fn our_taint(key: &str, class: &str) -> Taint {
 fn claimed_by(node: &NodeInfo) -> impl Iterator<Item = &str> {
     let label_keys = node.labels.iter().map(|(k, _)| k);
     let taint_keys = node.taints.iter().map(|t| t.key.as_str());
-    label_keys
-        .chain(taint_keys)
-        .filter(|k| !RESERVED_KEYS.contains(k))
-        .filter_map(|k| k.strip_prefix(CLAIM_PREFIX))
+    label_keys.chain(taint_keys).filter(|k| !RESERVED_KEYS.contains(k)).filter_map(|k| k.strip_prefix(CLAIM_PREFIX))
 }
 
 /// Keys under the claim prefix that are not claims: the labels on the
@@ -102,27 +100,21 @@ fn foreign_repelling_taint<'a>(node: &'a NodeInfo, key: &str) -> Option<&'a Tain
     node.taints.iter().find(|t| t.key != key && matches!(t.effect.as_str(), "NoSchedule" | "NoExecute"))
 }
 
-pub fn plan_node_groups(bulkhead: &Bulkhead, snapshot: &Snapshot) -> NodeGroupPlan {
-    let name = bulkhead.name_any();
-    let key = claim_key(&name);
-    let groups: Vec<(usize, &str, &NodeGroupSpec, Option<Matcher>)> = bulkhead
-        .spec
+pub fn plan_node_groups(selection: &Selection<'_>, snapshot: &Snapshot) -> NodeGroupPlan {
+    let name = selection.name();
+    let key = claim_key(name);
+    let groups: Vec<(usize, &str, &NodeGroupSpec, &Matcher)> = selection
         .classes
         .iter()
-        .enumerate()
-        .filter_map(|(i, c)| {
-            let g = c.nodes.as_ref()?;
-            let matcher = Matcher::parse(Some(&g.selector), &format!("spec.classes[{i}].nodes.selector")).ok();
-            Some((i, c.name.as_str(), g, matcher))
-        })
+        .filter_map(|c| Some((c.index, c.spec.name.as_str(), c.spec.nodes.as_ref()?, c.nodes.as_ref()?)))
         .collect();
     // A claim is kept while its node is Ready, uncordoned and still matches.
     // NoSchedule taints others add later (memory pressure) do not release it:
     // the class's pods stay there, and releasing would let other classes in.
     // A NoExecute taint evicts them, so the node no longer serves the class.
-    let keeps = |node: &NodeInfo, matcher: &Option<Matcher>| {
+    let keeps = |node: &NodeInfo, matcher: &Matcher| {
         node.schedulable
-            && matcher.as_ref().is_some_and(|m| m.matches(&node.labels))
+            && matcher.matches(&node.labels)
             && !node.taints.iter().any(|t| t.key != key && t.effect == "NoExecute")
     };
 
@@ -147,21 +139,20 @@ pub fn plan_node_groups(bulkhead: &Bulkhead, snapshot: &Snapshot) -> NodeGroupPl
     // by name. Finding pods' classes costs a scan of their pods, and ranking
     // a sort of the nodes: both only when a claim is missing.
     let missing = groups.iter().zip(&kept).any(|((_, _, g, _), k)| k.len() < g.count as usize);
-    let classes_on = if missing { classes_by_node(bulkhead, snapshot) } else { BTreeMap::new() };
+    let classes_on = if missing { classes_by_node(selection, snapshot) } else { BTreeMap::new() };
     let mut classes = Vec::new();
     for ((i, class, group, matcher), mut nodes) in groups.iter().zip(kept) {
         let mut skipped = Skipped::default();
         let mut candidates: Vec<&NodeInfo> = Vec::new();
         if nodes.len() < group.count as usize {
             candidates.extend(snapshot.nodes.values());
-            candidates
-                .sort_by_key(|n| classes_on.get(n.name.as_str()).is_some_and(|cs| cs.iter().any(|c| c != class)));
+            candidates.sort_by_key(|n| classes_on.get(n.name.as_str()).is_some_and(|cs| cs.iter().any(|c| c != class)));
         }
         for node in candidates {
             if nodes.len() >= group.count as usize {
                 break;
             }
-            if !matcher.as_ref().is_some_and(|m| m.matches(&node.labels)) {
+            if !matcher.matches(&node.labels) {
                 continue;
             }
             if let Some(holder) = held.get(node.name.as_str()) {
@@ -204,9 +195,9 @@ pub fn plan_node_groups(bulkhead: &Bulkhead, snapshot: &Snapshot) -> NodeGroupPl
 }
 
 /// Classes whose pods (by the classes' selectors, as the audit places them) run on each node.
-fn classes_by_node<'a>(bulkhead: &'a Bulkhead, snapshot: &'a Snapshot) -> BTreeMap<&'a str, BTreeSet<&'a str>> {
+fn classes_by_node<'a>(selection: &Selection<'a>, snapshot: &'a Snapshot) -> BTreeMap<&'a str, BTreeSet<&'a str>> {
     let mut out: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
-    for class in members(bulkhead, snapshot) {
+    for class in members(selection, snapshot) {
         for (_, pod) in &class.pods {
             if let Some(node) = pod.node.as_deref() {
                 out.entry(node).or_default().insert(class.class);
@@ -222,9 +213,7 @@ pub(super) fn node_change(node: &NodeInfo, key: &str, class: Option<&str>) -> Op
     let taints: Vec<&Taint> = node.taints.iter().filter(|t| t.key == key).collect();
     let desired_taint = class.map(|c| our_taint(key, c));
     let taint_ok = match &desired_taint {
-        Some(want) => {
-            taints.len() == 1 && taints[0].value == want.value && taints[0].effect == want.effect
-        }
+        Some(want) => taints.len() == 1 && taints[0].value == want.value && taints[0].effect == want.effect,
         None => taints.is_empty(),
     };
     if label == class && taint_ok {
@@ -264,7 +253,11 @@ impl Skipped {
             why.push(format!("tainted by others: {}", join(&self.tainted)));
         }
         let held = if nodes.is_empty() { "none".to_string() } else { nodes.join(", ") };
-        let passed = if why.is_empty() { "no other node matches".to_string() } else { format!("other matching nodes are {}", why.join("; ")) };
+        let passed = if why.is_empty() {
+            "no other node matches".to_string()
+        } else {
+            format!("other matching nodes are {}", why.join("; "))
+        };
         format!(
             "class {class} holds {} of {wanted} node(s) ({held}); {passed} (spec.classes[{index}].nodes.selector)",
             nodes.len()

@@ -14,16 +14,15 @@ use k8s_openapi::{
     },
     apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement},
 };
-use kube::ResourceExt;
 use serde_json::{json, Value};
 
 use super::{
     nodes::{claim_key, CLAIM_EFFECT},
     priority::priority_class_name,
-    selector::Matcher,
 };
 use crate::{
-    crd::{Bulkhead, ClassSpec},
+    crd::ClassSpec,
+    select::{PodSelection, Selection},
     snapshot::{ObjectKey, Snapshot, TemplatePlacement, Workload, WorkloadKind, PLACEMENT_ANNOTATION_PREFIX},
 };
 
@@ -76,21 +75,17 @@ pub struct PlacementPlan {
     pub missing_runtime_classes: Vec<(String, String)>,
 }
 
-pub fn plan_placement(bulkhead: &Bulkhead, snapshot: &Snapshot) -> PlacementPlan {
-    let name = bulkhead.name_any();
+pub fn plan_placement(selection: &Selection<'_>, snapshot: &Snapshot) -> PlacementPlan {
+    let name = selection.name().to_string();
     let key = claim_key(&name);
-    let classes = &bulkhead.spec.classes;
-    let matchers: Vec<Option<(Matcher, Matcher)>> = classes
+    let classes = &selection.bulkhead.spec.classes;
+    let matchers: Vec<Option<&PodSelection>> = selection
+        .classes
         .iter()
-        .enumerate()
-        .map(|(i, c)| {
-            let pods = c.pods.as_ref()?;
+        .map(|c| {
             // A class without a podSelector would place every workload of its namespaces: validate refuses it.
-            pods.pod_selector.as_ref()?;
-            let field = |f: &str| format!("spec.classes[{i}].pods.{f}");
-            let ns = Matcher::parse(pods.namespace_selector.as_ref(), &field("namespaceSelector")).ok()?;
-            let pod = Matcher::parse(pods.pod_selector.as_ref(), &field("podSelector")).ok()?;
-            Some((ns, pod))
+            c.spec.pods.as_ref()?.pod_selector.as_ref()?;
+            c.pods.as_ref()
         })
         .collect();
 
@@ -100,9 +95,10 @@ pub fn plan_placement(bulkhead: &Bulkhead, snapshot: &Snapshot) -> PlacementPlan
     for workload in snapshot.workloads.values() {
         let Some(ns) = snapshot.namespaces.get(&workload.namespace) else { continue };
         let labels = without_ours(&workload.template_labels, &key);
-        let mut matching = matchers.iter().enumerate().filter(|(_, m)| {
-            m.as_ref().is_some_and(|(nsm, podm)| nsm.matches(&ns.labels) && podm.matches(&labels))
-        });
+        let mut matching = matchers
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.is_some_and(|m| m.namespaces.matches(&ns.labels) && m.pods.matches(&labels)));
         let Some((first, _)) = matching.next() else { continue };
         let others: Vec<usize> = matching.map(|(i, _)| i).collect();
         if others.is_empty() {
@@ -191,7 +187,10 @@ fn desired_template(
             toleration_seconds: None,
         };
         (
-            Some(NodeAffinity { required_during_scheduling_ignored_during_execution: Some(required), ..Default::default() }),
+            Some(NodeAffinity {
+                required_during_scheduling_ignored_during_execution: Some(required),
+                ..Default::default()
+            }),
             vec![toleration],
         )
     } else if class.critical && groups_exist {
@@ -315,13 +314,13 @@ pub fn withdrawal_body(kind: WorkloadKind, key: &ObjectKey) -> Value {
     })
 }
 
-fn with_annotation(mut body: Value, annotation: &str, fingerprint: &str) -> Value {
+pub(super) fn with_annotation(mut body: Value, annotation: &str, fingerprint: &str) -> Value {
     body["metadata"]["annotations"] = json!({annotation: fingerprint});
     body
 }
 
 /// FNV-1a of the body's JSON: stable across builds and platforms, unlike std's hasher.
-fn fingerprint(body: &Value) -> String {
+pub(super) fn fingerprint(body: &Value) -> String {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for byte in body.to_string().bytes() {
         hash ^= u64::from(byte);

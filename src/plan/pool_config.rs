@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::{api::ObjectMeta, Resource, ResourceExt};
+use kube::ResourceExt;
 
 use super::capacity::CapacityPlan;
 use crate::{
@@ -45,13 +45,7 @@ pub fn config_map_name(bulkhead: &str) -> String {
 pub fn config_map(bulkhead: &Bulkhead, namespace: &str, config: &PoolConfig) -> ConfigMap {
     let json = serde_json::to_string_pretty(config).expect("a pool config serialises");
     ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(config_map_name(&bulkhead.name_any())),
-            namespace: Some(namespace.to_string()),
-            labels: Some(super::child_labels(bulkhead, None)),
-            owner_references: bulkhead.controller_owner_ref(&()).map(|o| vec![o]),
-            ..ObjectMeta::default()
-        },
+        metadata: super::child_meta(bulkhead, config_map_name(&bulkhead.name_any()), Some(namespace), None),
         data: Some(BTreeMap::from([(POOL_CONFIG_KEY.to_string(), json)])),
         ..ConfigMap::default()
     }

@@ -3,10 +3,12 @@
 //! scopeSelector can tell classes apart by inside one namespace.
 
 use k8s_openapi::api::scheduling::v1::PriorityClass;
-use kube::{api::ObjectMeta, Resource, ResourceExt};
+use kube::ResourceExt;
 
-use super::SpecError;
-use crate::crd::{Bulkhead, BulkheadSpec, ClassSpec};
+use crate::{
+    crd::{Bulkhead, BulkheadSpec, ClassSpec},
+    select::SpecError,
+};
 
 /// Priority of a class that names none: that of pods without a PriorityClass.
 pub const DEFAULT_PRIORITY: i32 = 0;
@@ -50,11 +52,7 @@ pub fn validate_priorities(spec: &BulkheadSpec) -> Vec<SpecError> {
         if !class.critical {
             continue;
         }
-        let outranking = spec
-            .classes
-            .iter()
-            .zip(&priorities)
-            .find(|(other, q)| !other.critical && **q >= *p);
+        let outranking = spec.classes.iter().zip(&priorities).find(|(other, q)| !other.critical && **q >= *p);
         if let Some((other, q)) = outranking {
             errors.push(SpecError::new(
                 format!("spec.classes[{i}].priority"),
@@ -82,19 +80,13 @@ pub fn priority_classes(bulkhead: &Bulkhead) -> Vec<PriorityClass> {
 
 fn priority_class(bulkhead: &Bulkhead, name: &str, class: &ClassSpec, value: i32) -> PriorityClass {
     PriorityClass {
-        metadata: ObjectMeta {
-            name: Some(priority_class_name(name, &class.name)),
-            labels: Some(super::child_labels(bulkhead, Some(&class.name))),
-            owner_references: bulkhead.controller_owner_ref(&()).map(|o| vec![o]),
-            ..ObjectMeta::default()
-        },
+        metadata: super::child_meta(bulkhead, priority_class_name(name, &class.name), None, Some(&class.name)),
         value,
         global_default: Some(false),
         description: Some(format!("bulkhead {name}: pods of class {}", class.name)),
         // Only the control-plane lane may evict other pods to be scheduled;
         // the other classes wait their turn, whatever their value.
         preemption_policy: Some(preemption_policy(class.critical).to_string()),
-        ..PriorityClass::default()
     }
 }
 

@@ -8,10 +8,9 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{ResourceQuota, ResourceQuotaSpec, ScopeSelector, ScopedResourceSelectorRequirement};
-use kube::{api::ObjectMeta, Resource, ResourceExt};
+use kube::ResourceExt;
 
-use super::selector::Matcher;
-use crate::{crd::Bulkhead, snapshot::Snapshot};
+use crate::{crd::ClassSpec, select::Selection, snapshot::Snapshot};
 
 /// A namespace selected by the quotas of more than one class, left without them.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,21 +41,21 @@ pub fn quota_name(bulkhead: &str, class: &str) -> String {
 /// The quotas to write, and the namespaces withheld because classes collide
 /// there. `places`: classes' pods carry their PriorityClass, so quotas in a
 /// shared namespace can be scoped to it.
-pub fn plan_quotas(bulkhead: &Bulkhead, snapshot: &Snapshot, places: bool) -> (Vec<ResourceQuota>, Vec<QuotaCollision>) {
+pub fn plan_quotas(
+    selection: &Selection<'_>,
+    snapshot: &Snapshot,
+    places: bool,
+) -> (Vec<ResourceQuota>, Vec<QuotaCollision>) {
+    let bulkhead = selection.bulkhead;
     // namespace -> classes whose pods may run there (an absent namespaceSelector
     // is every namespace), with or without a quota: an unscoped quota would
     // bound them all.
-    let mut present: BTreeMap<&str, Vec<&crate::crd::ClassSpec>> = BTreeMap::new();
-    for (i, class) in bulkhead.spec.classes.iter().enumerate() {
+    let mut present: BTreeMap<&str, Vec<&ClassSpec>> = BTreeMap::new();
+    for class in &selection.classes {
         let Some(pods) = &class.pods else { continue };
-        let Ok(matcher) =
-            Matcher::parse(pods.namespace_selector.as_ref(), &format!("spec.classes[{i}].pods.namespaceSelector"))
-        else {
-            continue;
-        };
         for ns in snapshot.namespaces.values() {
-            if !ns.terminating && matcher.matches(&ns.labels) {
-                present.entry(ns.name.as_str()).or_default().push(class);
+            if !ns.terminating && pods.namespaces.matches(&ns.labels) {
+                present.entry(ns.name.as_str()).or_default().push(class.spec);
             }
         }
     }
@@ -65,7 +64,7 @@ pub fn plan_quotas(bulkhead: &Bulkhead, snapshot: &Snapshot, places: bool) -> (V
     for (namespace, here) in present {
         // A quota goes only where its class names the namespace explicitly
         // (validate requires a namespaceSelector with a quota).
-        let classes: Vec<&crate::crd::ClassSpec> = here
+        let classes: Vec<&ClassSpec> = here
             .iter()
             .copied()
             .filter(|c| c.quota.is_some() && c.pods.as_ref().is_some_and(|p| p.namespace_selector.is_some()))
@@ -91,13 +90,12 @@ pub fn plan_quotas(bulkhead: &Bulkhead, snapshot: &Snapshot, places: bool) -> (V
         for class in classes {
             let Some(quota) = &class.quota else { continue };
             quotas.push(ResourceQuota {
-                metadata: ObjectMeta {
-                    name: Some(quota_name(&bulkhead.name_any(), &class.name)),
-                    namespace: Some(namespace.to_string()),
-                    labels: Some(super::child_labels(bulkhead, Some(&class.name))),
-                    owner_references: bulkhead.controller_owner_ref(&()).map(|o| vec![o]),
-                    ..ObjectMeta::default()
-                },
+                metadata: super::child_meta(
+                    bulkhead,
+                    quota_name(&bulkhead.name_any(), &class.name),
+                    Some(namespace),
+                    Some(&class.name),
+                ),
                 spec: Some(ResourceQuotaSpec {
                     hard: Some(quota.hard.clone()),
                     scope_selector: shared.then(|| priority_scope(&bulkhead.name_any(), &class.name)),

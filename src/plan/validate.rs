@@ -1,10 +1,13 @@
 //! Spec rules the CRD schema cannot state (or that offline input skipped the
-//! schema for). Each error names its field.
+//! schema for). Each error names its field. Selectors are checked where they
+//! are parsed (`select::Selection`).
 
 use std::collections::BTreeSet;
 
-use super::{selector::Matcher, SpecError};
-use crate::crd::{Bulkhead, Scope};
+use crate::{
+    crd::{Bulkhead, Scope},
+    select::{Selection, SpecError},
+};
 
 /// Longest Bulkhead name: it becomes a label value on everything the operator writes.
 pub const MAX_NAME_LEN: usize = 63;
@@ -13,7 +16,14 @@ pub const MAX_CLASSES: usize = 64;
 /// Most database URLs per class.
 pub const MAX_DATABASES: usize = 16;
 
-pub fn validate(bulkhead: &Bulkhead) -> Vec<SpecError> {
+/// Every spec problem: the rules below, then the selectors that did not parse.
+pub fn validate(selection: &Selection<'_>) -> Vec<SpecError> {
+    let mut errors = rules(selection.bulkhead);
+    errors.extend(selection.errors.iter().cloned());
+    errors
+}
+
+fn rules(bulkhead: &Bulkhead) -> Vec<SpecError> {
     let spec = &bulkhead.spec;
     let mut errors = Vec::new();
     let name = bulkhead.metadata.name.as_deref().unwrap_or_default();
@@ -45,11 +55,15 @@ pub fn validate(bulkhead: &Bulkhead) -> Vec<SpecError> {
     }
     if let Some(workload) = &spec.workload {
         if !is_dns_label(&workload.namespace) {
-            errors.push(SpecError::new("spec.workload.namespace", format!("{:?} must be a DNS label", workload.namespace)));
+            errors.push(SpecError::new(
+                "spec.workload.namespace",
+                format!("{:?} must be a DNS label", workload.namespace),
+            ));
         }
-        if let Err(e) = Matcher::parse(Some(&workload.selector), "spec.workload.selector") {
-            errors.push(e);
-        }
+    }
+    if let Some(proxy) = spec.workload.as_ref().and_then(|w| w.proxy.as_ref()) {
+        let classes: Vec<&str> = spec.classes.iter().map(|c| c.name.as_str()).collect();
+        errors.extend(super::proxy::validate_proxy(proxy, &classes));
     }
     let places = super::places_workloads(spec);
     if places {
@@ -73,13 +87,6 @@ pub fn validate(bulkhead: &Bulkhead) -> Vec<SpecError> {
         if !seen.insert(class.name.as_str()) {
             errors.push(SpecError::new(field("name"), format!("duplicate class name {:?}", class.name)));
         }
-        if let Some(pods) = &class.pods {
-            for (sel, f) in [(&pods.namespace_selector, "pods.namespaceSelector"), (&pods.pod_selector, "pods.podSelector")] {
-                if let Err(e) = Matcher::parse(sel.as_ref(), &field(f)) {
-                    errors.push(e);
-                }
-            }
-        }
         if places && class.pods.as_ref().is_some_and(|p| p.pod_selector.is_none()) {
             errors.push(SpecError::new(
                 field("pods.podSelector"),
@@ -88,9 +95,6 @@ pub fn validate(bulkhead: &Bulkhead) -> Vec<SpecError> {
             ));
         }
         if let Some(group) = &class.nodes {
-            if let Err(e) = Matcher::parse(Some(&group.selector), &field("nodes.selector")) {
-                errors.push(e);
-            }
             if group.count == 0 {
                 errors.push(SpecError::new(field("nodes.count"), "must be at least 1"));
             }

@@ -23,7 +23,8 @@ impl Interner {
     }
 
     pub fn labels<'a>(&mut self, labels: impl IntoIterator<Item = (&'a String, &'a String)>) -> InternedLabels {
-        let mut pairs: Vec<(Arc<str>, Arc<str>)> = labels.into_iter().map(|(k, v)| (self.intern(k), self.intern(v))).collect();
+        let mut pairs: Vec<(Arc<str>, Arc<str>)> =
+            labels.into_iter().map(|(k, v)| (self.intern(k), self.intern(v))).collect();
         pairs.sort();
         InternedLabels(pairs.into_boxed_slice())
     }

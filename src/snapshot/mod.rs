@@ -2,10 +2,9 @@
 //! controller keeps one up to date from watches; the offline CLI builds one
 //! from YAML files. Planning and auditing read nothing else.
 //!
-//! Only the fields the planner and the audit need are kept: a watched object
-//! is reduced to its lean form as it arrives (see `lean.rs`).
-
-mod lean;
+//! Only the fields the planner and the audit need are kept: an object is
+//! reduced to its lean form as it arrives (`index.rs`): what the planner reads
+//! in `workloads.rs`, what the audit reads in `topology.rs`.
 
 use std::collections::BTreeMap;
 
@@ -14,13 +13,17 @@ use k8s_openapi::api::{
     scheduling::v1::PriorityClass,
 };
 
-mod cluster;
+mod index;
 mod interned;
+mod topology;
+mod workloads;
 
-pub use cluster::{normalise_host, EndpointsInfo, NodeInfo, PodInfo, RuntimeClassInfo, ServiceInfo};
+pub use index::Indexed;
 pub use interned::{InternedLabels, Interner, LabelLookup};
-pub use lean::{
+pub use topology::{normalise_host, EndpointsInfo, NodeInfo, PodInfo, RuntimeClassInfo, ServiceInfo};
+pub use workloads::{
     Autoscaler, Labels, NamespaceInfo, TemplatePlacement, Workload, WorkloadKind, PLACEMENT_ANNOTATION_PREFIX,
+    PROXY_ANNOTATION_PREFIX,
 };
 
 /// Namespace and name of a namespaced object.
@@ -38,7 +41,11 @@ impl ObjectKey {
 
 impl std::fmt::Display for ObjectKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
+        // A cluster-scoped object (empty namespace) is named alone.
+        match self.namespace.as_str() {
+            "" => f.write_str(&self.name),
+            ns => write!(f, "{ns}/{}", self.name),
+        }
     }
 }
 
@@ -75,7 +82,9 @@ impl Snapshot {
     /// Autoscalers in `namespace` that target the workload `kind`/`name`.
     pub fn autoscalers_of<'a>(&'a self, workload: &'a Workload) -> impl Iterator<Item = &'a Autoscaler> + 'a {
         self.autoscalers.values().filter(move |a| {
-            a.namespace == workload.namespace && a.target_kind == workload.kind.as_str() && a.target_name == workload.name
+            a.namespace == workload.namespace
+                && a.target_kind == workload.kind.as_str()
+                && a.target_name == workload.name
         })
     }
 }

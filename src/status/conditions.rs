@@ -4,18 +4,18 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Status {
+pub enum ConditionStatus {
     True,
     False,
     Unknown,
 }
 
-impl Status {
+impl ConditionStatus {
     pub fn as_str(self) -> &'static str {
         match self {
-            Status::True => "True",
-            Status::False => "False",
-            Status::Unknown => "Unknown",
+            ConditionStatus::True => "True",
+            ConditionStatus::False => "False",
+            ConditionStatus::Unknown => "Unknown",
         }
     }
 }
@@ -24,13 +24,13 @@ impl Status {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DesiredCondition {
     pub type_: String,
-    pub status: Status,
+    pub status: ConditionStatus,
     pub reason: String,
     pub message: String,
 }
 
 impl DesiredCondition {
-    pub fn new(type_: &str, status: Status, reason: &str, message: impl Into<String>) -> Self {
+    pub fn new(type_: &str, status: ConditionStatus, reason: &str, message: impl Into<String>) -> Self {
         Self { type_: type_.into(), status, reason: reason.into(), message: message.into() }
     }
 }

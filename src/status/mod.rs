@@ -3,25 +3,26 @@
 //! something changed.
 
 mod conditions;
+mod evaluate;
+mod isolation;
 mod placement;
+mod proxy;
+mod reasons;
 
-pub use conditions::{merge_conditions, DesiredCondition, Status};
-pub use placement::{NODE_GROUPS_READY, PLACED};
+pub use conditions::{merge_conditions, ConditionStatus, DesiredCondition};
+pub use evaluate::{evaluate, Config, Evaluation};
+pub use isolation::isolated_condition;
+pub use reasons::{
+    reason, CONTROL_PLANE_LANE, FUNDED, ISOLATED, NODE_GROUPS_READY, PLACED, PROXY_INJECTED, QUOTAS_SCOPED, READY,
+};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::{
-    audit::{isolated_condition, Audit},
+    audit::Audit,
     crd::{Bulkhead, BulkheadStatus, ClassStatus, PoolStatus},
     plan::{Funding, Plan},
 };
-
-/// Condition types.
-pub const READY: &str = "Ready";
-pub const FUNDED: &str = "Funded";
-pub const CONTROL_PLANE_LANE: &str = "ControlPlaneLane";
-pub const QUOTAS_SCOPED: &str = "QuotasScoped";
-pub use crate::audit::ISOLATED;
 
 /// What happened when the plan was applied.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,7 +30,15 @@ pub enum ApplyOutcome {
     /// `conflicts`: workloads left alone because another manager owns a field
     /// placement sets; `rejected`: workloads whose placement the API server
     /// refused otherwise; each with the API server's account of it.
-    Applied { config_maps: usize, quotas: usize, conflicts: Vec<String>, rejected: Vec<String> },
+    /// `proxy_refused`: workloads whose sidecar injection was refused (a
+    /// conflict or a rejection, each as the API server put it).
+    Applied {
+        config_maps: usize,
+        quotas: usize,
+        conflicts: Vec<String>,
+        rejected: Vec<String>,
+        proxy_refused: Vec<String>,
+    },
     /// Offline, or a spec error stopped it.
     NotApplied,
     Failed(String),
@@ -86,34 +95,40 @@ pub fn build_status(
 fn desired_conditions(plan: &Plan, outcome: &ApplyOutcome) -> Vec<DesiredCondition> {
     let mut conditions = vec![ready(plan, outcome), funded(plan), control_plane_lane(plan), quotas_scoped(plan)];
     conditions.extend(placement::placement_conditions(plan, outcome));
+    conditions.extend(proxy::proxy_condition(plan, outcome));
     conditions
 }
 
 fn ready(plan: &Plan, outcome: &ApplyOutcome) -> DesiredCondition {
     if !plan.errors.is_empty() {
         let message = plan.errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
-        return DesiredCondition::new(READY, Status::False, "InvalidSpec", message);
+        return DesiredCondition::new(READY, ConditionStatus::False, reason::INVALID_SPEC, message);
     }
     if let ApplyOutcome::Failed(message) = outcome {
-        return DesiredCondition::new(READY, Status::False, "ApplyFailed", message.clone());
+        return DesiredCondition::new(READY, ConditionStatus::False, reason::APPLY_FAILED, message.clone());
     }
     if !plan.capacity.funding.is_funded() {
         return DesiredCondition::new(
             READY,
-            Status::False,
-            "NotFunded",
+            ConditionStatus::False,
+            reason::NOT_FUNDED,
             "the pool config is not written until the design is funded (see Funded)",
         );
     }
     if let Some(w) = &plan.workload {
         if let Some(why) = &plan.config_withheld {
-            return DesiredCondition::new(READY, Status::False, "ConfigWithheld", format!("no pool config: {why}"));
+            return DesiredCondition::new(
+                READY,
+                ConditionStatus::False,
+                reason::CONFIG_WITHHELD,
+                format!("no pool config: {why}"),
+            );
         }
         if w.workloads.is_empty() {
             return DesiredCondition::new(
                 READY,
-                Status::False,
-                "WorkloadNotFound",
+                ConditionStatus::False,
+                reason::WORKLOAD_NOT_FOUND,
                 format!(
                     "no Deployment or StatefulSet in namespace {} matches spec.workload.selector; \
                      the pool config assumes 1 replica",
@@ -132,15 +147,19 @@ fn ready(plan: &Plan, outcome: &ApplyOutcome) -> DesiredCondition {
             plan.quotas.len()
         ),
     };
-    DesiredCondition::new(READY, Status::True, "Reconciled", message)
+    DesiredCondition::new(READY, ConditionStatus::True, reason::RECONCILED, message)
 }
 
 fn funded(plan: &Plan) -> DesiredCondition {
     match &plan.capacity.funding {
-        Funding::Funded { message } => DesiredCondition::new(FUNDED, Status::True, "Funded", message.clone()),
-        Funding::Unfundable { message } => DesiredCondition::new(FUNDED, Status::False, "Unfundable", message.clone()),
+        Funding::Funded { message } => {
+            DesiredCondition::new(FUNDED, ConditionStatus::True, reason::FUNDED, message.clone())
+        }
+        Funding::Unfundable { message } => {
+            DesiredCondition::new(FUNDED, ConditionStatus::False, reason::UNFUNDABLE, message.clone())
+        }
         Funding::FloorRoundsToZero { message, .. } => {
-            DesiredCondition::new(FUNDED, Status::False, "FloorRoundsToZero", message.clone())
+            DesiredCondition::new(FUNDED, ConditionStatus::False, reason::FLOOR_ROUNDS_TO_ZERO, message.clone())
         }
     }
 }
@@ -156,16 +175,16 @@ fn control_plane_lane(plan: &Plan) -> DesiredCondition {
     if critical.is_empty() {
         DesiredCondition::new(
             CONTROL_PLANE_LANE,
-            Status::False,
-            "NoCriticalClass",
+            ConditionStatus::False,
+            reason::NO_CRITICAL_CLASS,
             "no class is critical: health checks and admin traffic compete with everything else during an \
              overload; mark a small class critical: true (the cheapest reservation there is)",
         )
     } else {
         DesiredCondition::new(
             CONTROL_PLANE_LANE,
-            Status::True,
-            "CriticalClass",
+            ConditionStatus::True,
+            reason::CRITICAL_CLASS,
             format!("control-plane lane: {}", critical.join(", ")),
         )
     }
@@ -184,7 +203,7 @@ fn quotas_scoped(plan: &Plan) -> DesiredCondition {
                 plan.quotas.len() - scoped
             )
         };
-        return DesiredCondition::new(QUOTAS_SCOPED, Status::True, "QuotasScoped", message);
+        return DesiredCondition::new(QUOTAS_SCOPED, ConditionStatus::True, reason::QUOTAS_SCOPED, message);
     }
     let unscopable: Vec<String> = plan
         .quota_collisions
@@ -194,8 +213,8 @@ fn quotas_scoped(plan: &Plan) -> DesiredCondition {
     if !unscopable.is_empty() {
         return DesiredCondition::new(
             QUOTAS_SCOPED,
-            Status::False,
-            "QuotaNotScopable",
+            ConditionStatus::False,
+            reason::QUOTA_NOT_SCOPABLE,
             format!(
                 "{}; classes share these namespaces, so their quotas would have to be scoped by PriorityClass; \
                  no quota was written there",
@@ -211,8 +230,8 @@ fn quotas_scoped(plan: &Plan) -> DesiredCondition {
         .join("; ");
     DesiredCondition::new(
         QUOTAS_SCOPED,
-        Status::False,
-        "QuotaNamespaceShared",
+        ConditionStatus::False,
+        reason::QUOTA_NAMESPACE_SHARED,
         format!(
             "{detail}: a ResourceQuota bounds every pod of its namespace, so each would also bound the other \
              classes; no quota was written there. Give a class a priority (or any placement field) and the \

@@ -2,11 +2,11 @@
 //! NodeGroupsReady (every group holds its count of nodes) and Placed (every
 //! class workload carries its placement, none is contested).
 
-use super::{ApplyOutcome, DesiredCondition, Status};
+use super::{
+    reasons::{reason, NODE_GROUPS_READY, PLACED},
+    ApplyOutcome, ConditionStatus, DesiredCondition,
+};
 use crate::plan::Plan;
-
-pub const NODE_GROUPS_READY: &str = "NodeGroupsReady";
-pub const PLACED: &str = "Placed";
 
 pub fn placement_conditions(plan: &Plan, outcome: &ApplyOutcome) -> Vec<DesiredCondition> {
     let Some(placement) = &plan.placement else { return Vec::new() };
@@ -15,12 +15,22 @@ pub fn placement_conditions(plan: &Plan, outcome: &ApplyOutcome) -> Vec<DesiredC
     let groups = &plan.node_groups.classes;
     let shortfalls: Vec<&str> = plan.node_groups.shortfalls().collect();
     out.push(if groups.is_empty() {
-        DesiredCondition::new(NODE_GROUPS_READY, Status::True, "NoNodeGroups", "no class asks for a node group")
+        DesiredCondition::new(
+            NODE_GROUPS_READY,
+            ConditionStatus::True,
+            reason::NO_NODE_GROUPS,
+            "no class asks for a node group",
+        )
     } else if shortfalls.is_empty() {
         let held = groups.iter().map(|g| format!("{}: {}", g.class, g.nodes.join(", "))).collect::<Vec<_>>().join("; ");
-        DesiredCondition::new(NODE_GROUPS_READY, Status::True, "NodesClaimed", held)
+        DesiredCondition::new(NODE_GROUPS_READY, ConditionStatus::True, reason::NODES_CLAIMED, held)
     } else {
-        DesiredCondition::new(NODE_GROUPS_READY, Status::False, "InsufficientNodes", shortfalls.join("; "))
+        DesiredCondition::new(
+            NODE_GROUPS_READY,
+            ConditionStatus::False,
+            reason::INSUFFICIENT_NODES,
+            shortfalls.join("; "),
+        )
     });
 
     let (conflicts, rejected): (&[String], &[String]) = match outcome {
@@ -28,7 +38,12 @@ pub fn placement_conditions(plan: &Plan, outcome: &ApplyOutcome) -> Vec<DesiredC
         _ => (&[], &[]),
     };
     out.push(if let ApplyOutcome::Failed(_) = outcome {
-        DesiredCondition::new(PLACED, Status::Unknown, "ApplyFailed", "the apply stopped early (see Ready); placement is not known to be complete")
+        DesiredCondition::new(
+            PLACED,
+            ConditionStatus::Unknown,
+            reason::APPLY_FAILED,
+            "the apply stopped early (see Ready); placement is not known to be complete",
+        )
     } else if !conflicts.is_empty() {
         let also = if rejected.is_empty() {
             String::new()
@@ -37,18 +52,15 @@ pub fn placement_conditions(plan: &Plan, outcome: &ApplyOutcome) -> Vec<DesiredC
         };
         DesiredCondition::new(
             PLACED,
-            Status::False,
-            "PlacementConflict",
-            format!(
-                "left alone, another field manager owns what placement would set: {}{also}",
-                conflicts.join("; ")
-            ),
+            ConditionStatus::False,
+            reason::PLACEMENT_CONFLICT,
+            format!("left alone, another field manager owns what placement would set: {}{also}", conflicts.join("; ")),
         )
     } else if !rejected.is_empty() {
         DesiredCondition::new(
             PLACED,
-            Status::False,
-            "PlacementRejected",
+            ConditionStatus::False,
+            reason::PLACEMENT_REJECTED,
             format!("the API server refused placement (retried every minute): {}", rejected.join("; ")),
         )
     } else if !placement.ambiguous.is_empty() {
@@ -58,7 +70,12 @@ pub fn placement_conditions(plan: &Plan, outcome: &ApplyOutcome) -> Vec<DesiredC
             .map(|a| format!("{} matches classes {}", a.workload, a.classes.join(" and ")))
             .collect::<Vec<_>>()
             .join("; ");
-        DesiredCondition::new(PLACED, Status::False, "WorkloadInTwoClasses", format!("left alone: {detail}"))
+        DesiredCondition::new(
+            PLACED,
+            ConditionStatus::False,
+            reason::WORKLOAD_IN_TWO_CLASSES,
+            format!("left alone: {detail}"),
+        )
     } else if !placement.missing_runtime_classes.is_empty() {
         let detail = placement
             .missing_runtime_classes
@@ -68,12 +85,17 @@ pub fn placement_conditions(plan: &Plan, outcome: &ApplyOutcome) -> Vec<DesiredC
             .join("; ");
         DesiredCondition::new(
             PLACED,
-            Status::False,
-            "RuntimeClassNotFound",
+            ConditionStatus::False,
+            reason::RUNTIME_CLASS_NOT_FOUND,
             format!("{detail}: the API server rejects the class's new pods until it is created"),
         )
     } else if placement.workloads.is_empty() {
-        DesiredCondition::new(PLACED, Status::True, "NoWorkloads", "no Deployment or StatefulSet matches a class's pods selectors")
+        DesiredCondition::new(
+            PLACED,
+            ConditionStatus::True,
+            reason::NO_WORKLOADS,
+            "no Deployment or StatefulSet matches a class's pods selectors",
+        )
     } else {
         let placed = placement
             .workloads
@@ -82,7 +104,12 @@ pub fn placement_conditions(plan: &Plan, outcome: &ApplyOutcome) -> Vec<DesiredC
             .collect::<Vec<_>>()
             .join(", ");
         let verb = if matches!(outcome, ApplyOutcome::Applied { .. }) { "placed" } else { "to place" };
-        DesiredCondition::new(PLACED, Status::True, "WorkloadsPlaced", format!("{} workload(s) {verb}: {placed}", placement.workloads.len()))
+        DesiredCondition::new(
+            PLACED,
+            ConditionStatus::True,
+            reason::WORKLOADS_PLACED,
+            format!("{} workload(s) {verb}: {placed}", placement.workloads.len()),
+        )
     });
     out
 }

@@ -24,7 +24,8 @@ impl FakeKubelet {
                 if let (Ok(pods_now), Ok(nodes_now)) =
                     (pods.list(&ListParams::default()).await, nodes.list(&ListParams::default()).await)
                 {
-                    let node_names: Vec<String> = nodes_now.items.iter().filter_map(|n| n.metadata.name.clone()).collect();
+                    let node_names: Vec<String> =
+                        nodes_now.items.iter().filter_map(|n| n.metadata.name.clone()).collect();
                     for pod in pods_now.items {
                         let Some(name) = pod.metadata.name.clone() else { continue };
                         let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());

@@ -62,12 +62,7 @@ impl ControlPlane {
             .args(args)
             .output()
             .expect("kubectl runs");
-        assert!(
-            out.status.success(),
-            "kubectl {} failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "kubectl {} failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
@@ -185,7 +180,8 @@ impl Drop for TestNamespace {
 pub fn unique_suffix() -> String {
     use std::sync::atomic::{AtomicU32, Ordering};
     static N: AtomicU32 = AtomicU32::new(0);
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
     format!("{:x}{}", nanos % 0xfffff, N.fetch_add(1, Ordering::Relaxed))
 }
 

@@ -91,7 +91,7 @@ impl Operator {
             RUST_LOG=info,kube=warn "$bin" run --metrics-addr "127.0.0.1:$port" "$@" >"$log" 2>&1 & pid=$!
             echo "$pid" >"$pidfile"
             while kill -0 "$owner" 2>/dev/null && kill -0 "$pid" 2>/dev/null; do sleep 0.5; done; kill "$pid" 2>/dev/null"#;
-        Command::new("setsid")
+        let mut watchdog = Command::new("setsid")
             .args(["bash", "-c", script, "_", env!("CARGO_BIN_EXE_bulkhead"), &port.to_string()])
             .arg(&log)
             .arg(std::process::id().to_string())
@@ -102,6 +102,8 @@ impl Operator {
             .env("POD_NAMESPACE", NAMESPACE)
             .spawn()
             .expect("operator starts");
+        // The watchdog outlives this call; reap it whenever it ends.
+        std::thread::spawn(move || watchdog.wait());
         let op = Operator { metrics_port: port, log, kubeconfig, pid_file };
         let deadline = Instant::now() + Duration::from_secs(30);
         while op.http_get("/readyz").map(|(code, _)| code) != Some(200) {

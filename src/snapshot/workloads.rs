@@ -12,6 +12,9 @@ use kube::api::ObjectMeta;
 /// Annotation prefix marking a workload placed by a Bulkhead:
 /// `placement.bulkhead.dev/<bulkhead>: <fingerprint of what it applied>`.
 pub const PLACEMENT_ANNOTATION_PREFIX: &str = "placement.bulkhead.dev/";
+/// Annotation prefix marking a workload given a Bulkhead's sidecar:
+/// `proxy.bulkhead.dev/<bulkhead>: <fingerprint of what it applied>`.
+pub const PROXY_ANNOTATION_PREFIX: &str = "proxy.bulkhead.dev/";
 
 pub type Labels = BTreeMap<String, String>;
 
@@ -64,6 +67,11 @@ pub struct Workload {
     pub placement: TemplatePlacement,
     /// Bulkheads that placed this workload, with the fingerprint of what each applied.
     pub placed_by: BTreeMap<String, String>,
+    /// Bulkheads that injected their sidecar, with the fingerprint of what each applied.
+    pub proxied_by: BTreeMap<String, String>,
+    /// Names of the pod template's containers and volumes.
+    pub containers: Vec<String>,
+    pub volumes: Vec<String>,
 }
 
 /// The pod-template fields that placement writes.
@@ -90,12 +98,21 @@ impl TemplatePlacement {
     }
 }
 
-fn placed_by(meta: &ObjectMeta) -> BTreeMap<String, String> {
+/// Bulkhead → fingerprint, from the annotations under `prefix`.
+fn annotated(meta: &ObjectMeta, prefix: &str) -> BTreeMap<String, String> {
     meta.annotations
         .iter()
         .flatten()
-        .filter_map(|(k, v)| k.strip_prefix(PLACEMENT_ANNOTATION_PREFIX).map(|b| (b.to_string(), v.clone())))
+        .filter_map(|(k, v)| k.strip_prefix(prefix).map(|b| (b.to_string(), v.clone())))
         .collect()
+}
+
+fn container_names(template: Option<&PodTemplateSpec>) -> (Vec<String>, Vec<String>) {
+    let Some(spec) = template.and_then(|t| t.spec.as_ref()) else { return Default::default() };
+    (
+        spec.containers.iter().map(|c| c.name.clone()).collect(),
+        spec.volumes.iter().flatten().map(|v| v.name.clone()).collect(),
+    )
 }
 
 fn replicas(r: Option<i32>) -> u32 {
@@ -106,6 +123,7 @@ fn replicas(r: Option<i32>) -> u32 {
 impl From<&Deployment> for Workload {
     fn from(d: &Deployment) -> Self {
         let spec = d.spec.as_ref();
+        let (containers, volumes) = container_names(spec.map(|s| &s.template));
         Self {
             kind: WorkloadKind::Deployment,
             namespace: d.metadata.namespace.clone().unwrap_or_default(),
@@ -117,7 +135,10 @@ impl From<&Deployment> for Workload {
             replicas: replicas(spec.and_then(|s| s.replicas)),
             generation: d.metadata.generation,
             placement: TemplatePlacement::of(spec.map(|s| &s.template)),
-            placed_by: placed_by(&d.metadata),
+            placed_by: annotated(&d.metadata, PLACEMENT_ANNOTATION_PREFIX),
+            proxied_by: annotated(&d.metadata, PROXY_ANNOTATION_PREFIX),
+            containers,
+            volumes,
         }
     }
 }
@@ -125,6 +146,7 @@ impl From<&Deployment> for Workload {
 impl From<&StatefulSet> for Workload {
     fn from(s: &StatefulSet) -> Self {
         let spec = s.spec.as_ref();
+        let (containers, volumes) = container_names(spec.map(|s| &s.template));
         Self {
             kind: WorkloadKind::StatefulSet,
             namespace: s.metadata.namespace.clone().unwrap_or_default(),
@@ -136,7 +158,10 @@ impl From<&StatefulSet> for Workload {
             replicas: replicas(spec.and_then(|s| s.replicas)),
             generation: s.metadata.generation,
             placement: TemplatePlacement::of(spec.map(|s| &s.template)),
-            placed_by: placed_by(&s.metadata),
+            placed_by: annotated(&s.metadata, PLACEMENT_ANNOTATION_PREFIX),
+            proxied_by: annotated(&s.metadata, PROXY_ANNOTATION_PREFIX),
+            containers,
+            volumes,
         }
     }
 }

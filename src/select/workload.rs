@@ -1,8 +1,26 @@
 //! Which Deployments/StatefulSets run the pools, and how many replicas they
 //! have now and at most.
 
-use super::{capacity::Replicas, selector::Matcher};
-use crate::{crd::WorkloadRef, snapshot::Snapshot};
+use super::Selection;
+use crate::snapshot::Snapshot;
+
+/// How many replicas run the pools.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Replicas {
+    /// Desired replicas now (sum over the matched workloads).
+    pub current: u32,
+    /// The most they can reach through autoscaling, when an autoscaler targets them.
+    pub max: Option<u32>,
+}
+
+impl Replicas {
+    /// Replicas a Fleet pool is split over: the most there can be, so that
+    /// scaling up never pushes the fleet past capacity before the config is
+    /// rewritten. Never 0 (an absent workload is planned as one replica).
+    pub fn divisor(self) -> u32 {
+        self.current.max(self.max.unwrap_or(0)).max(1)
+    }
+}
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WorkloadMatch {
@@ -12,16 +30,16 @@ pub struct WorkloadMatch {
     pub replicas: Replicas,
 }
 
-/// Resolve spec.workload against the snapshot. An unparsable selector matches
-/// nothing (the validation error is reported separately).
-pub fn resolve(workload: &WorkloadRef, snapshot: &Snapshot) -> WorkloadMatch {
-    let matcher = Matcher::parse(Some(&workload.selector), "spec.workload.selector").ok();
+/// Resolve spec.workload against the snapshot; None when the Bulkhead names no workload.
+pub fn resolve_workload(selection: &Selection<'_>, snapshot: &Snapshot) -> Option<WorkloadMatch> {
+    let workload = selection.bulkhead.spec.workload.as_ref()?;
+    let matcher = selection.workload.as_ref()?;
     let mut names = Vec::new();
     let mut current = 0u32;
     let mut at_most = 0u32;
     let mut autoscaled = false;
     for w in snapshot.workloads_in(&workload.namespace) {
-        if !matcher.as_ref().is_some_and(|m| m.matches(&w.template_labels)) {
+        if !matcher.matches(&w.template_labels) {
             continue;
         }
         names.push(format!("{} {}/{}", w.kind.as_str(), w.namespace, w.name));
@@ -32,9 +50,9 @@ pub fn resolve(workload: &WorkloadRef, snapshot: &Snapshot) -> WorkloadMatch {
         at_most = at_most.saturating_add(hpa_max.unwrap_or(w.replicas).max(w.replicas));
     }
     names.sort();
-    WorkloadMatch {
+    Some(WorkloadMatch {
         namespace: workload.namespace.clone(),
         workloads: names,
         replicas: Replicas { current, max: autoscaled.then_some(at_most) },
-    }
+    })
 }

@@ -22,12 +22,8 @@ pub struct Matcher(Option<Vec<Requirement>>);
 impl Matcher {
     pub fn parse(selector: Option<&LabelSelector>, field: &str) -> Result<Self, SpecError> {
         let Some(selector) = selector else { return Ok(Matcher(None)) };
-        let mut reqs: Vec<Requirement> = selector
-            .match_labels
-            .iter()
-            .flatten()
-            .map(|(k, v)| Requirement::In(k.clone(), vec![v.clone()]))
-            .collect();
+        let mut reqs: Vec<Requirement> =
+            selector.match_labels.iter().flatten().map(|(k, v)| Requirement::In(k.clone(), vec![v.clone()])).collect();
         for (i, e) in selector.match_expressions.iter().flatten().enumerate() {
             let values = e.values.clone().unwrap_or_default();
             let here = || format!("{field}.matchExpressions[{i}]");

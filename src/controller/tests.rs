@@ -1,0 +1,349 @@
+//! Reconcile decisions and error paths against a mocked API server
+//! (tower-test): each test runs one reconcile, answers its requests in order
+//! and asserts exactly which requests were made. They run in milliseconds;
+//! the scheduler, RBAC and write-count proofs stay with the real control plane.
+
+use std::{sync::Arc, time::Duration};
+
+use http::{Request, Response};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::{
+    client::Body,
+    core::{error_boundary::InvalidObject, DeserializeGuard},
+    runtime::{
+        controller::Action,
+        events::{Recorder, Reporter},
+    },
+    Client,
+};
+use serde_json::{json, Value};
+use tower_test::mock;
+
+use super::{
+    backoff::Backoff, observe::SharedSnapshot, reconcile::reconcile, refusals::RefusalMemory, Context, Error, Metrics,
+};
+use crate::{
+    crd::{Bulkhead, FINALIZER},
+    snapshot::Snapshot,
+    status::{evaluate, ApplyOutcome, Config},
+};
+
+/// One request the reconcile made.
+#[derive(Clone, Debug)]
+struct Seen {
+    method: String,
+    /// Path and query.
+    path: String,
+    body: Value,
+}
+
+impl Seen {
+    fn line(&self) -> String {
+        let path = self.path.split('?').next().unwrap_or_default();
+        format!("{} {path}", self.method)
+    }
+}
+
+/// Runs one reconcile; `answer` gives each request's status code and body.
+/// Events are answered 201 and left out of the list returned.
+async fn run(
+    obj: DeserializeGuard<Bulkhead>,
+    snapshot: Snapshot,
+    answer: impl Fn(&Seen) -> (u16, Value),
+) -> (Result<Action, Error>, Vec<Seen>) {
+    // A status write answers with the whole object, as the API server does.
+    let object = obj.0.as_ref().ok().map(|b| serde_json::to_value(b).expect("a Bulkhead serialises"));
+    let (service, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
+    let client = Client::new(service, "default");
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        recorder: Recorder::new(client, Reporter { controller: "bulkhead".into(), instance: None }),
+        metrics: Arc::new(Metrics::default()),
+        snapshot: SharedSnapshot::listed(snapshot),
+        backoff: Backoff::default(),
+        config: Config::default(),
+        refusals: RefusalMemory::default(),
+    });
+    // The reconcile owns the only clients: when it ends, the mock sees no more requests.
+    let task = tokio::spawn(async move { reconcile(Arc::new(obj), ctx).await });
+    let mut seen = Vec::new();
+    let serve = async {
+        while let Some((request, send)) = handle.next_request().await {
+            let method = request.method().to_string();
+            let path = request.uri().path_and_query().map(ToString::to_string).unwrap_or_default();
+            let bytes = request.into_body().collect_bytes().await.expect("request body");
+            let body = if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).expect("JSON body") };
+            let request = Seen { method, path, body };
+            let status_write =
+                request.method == "PATCH" && request.path.split('?').next().is_some_and(|p| p.ends_with("/status"));
+            let (code, reply) = if request.path.contains("/events") {
+                (201, request.body.clone())
+            } else if let (true, Some(object)) = (status_write, &object) {
+                seen.push(request.clone());
+                let mut whole = object.clone();
+                whole["status"] = request.body["status"].clone();
+                (200, whole)
+            } else {
+                seen.push(request.clone());
+                answer(&request)
+            };
+            let response = Response::builder()
+                .status(code)
+                .body(Body::from(serde_json::to_vec(&reply).expect("reply")))
+                .expect("response");
+            send.send_response(response);
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), serve).await.expect("the reconcile finishes");
+    let result = task.await.expect("reconcile task");
+    (result, seen)
+}
+
+fn status(code: u16, reason: &str, message: &str) -> (u16, Value) {
+    (
+        code,
+        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code, "reason": reason, "message": message}),
+    )
+}
+
+fn not_found() -> (u16, Value) {
+    status(404, "NotFound", "not found")
+}
+
+/// The request's body as the answer: what a PATCH or apply returns (a
+/// status apply sends no metadata; the answer always has it).
+fn echo(seen: &Seen) -> (u16, Value) {
+    let mut body = seen.body.clone();
+    if body.get("metadata").is_none() {
+        let path = seen.path.split('?').next().unwrap_or_default();
+        let name = path.trim_end_matches("/status").rsplit('/').next().unwrap_or_default();
+        body["metadata"] = json!({"name": name});
+    }
+    (200, body)
+}
+
+fn bulkhead(yaml: &str) -> Bulkhead {
+    serde_yaml::from_str(yaml).expect("fixture")
+}
+
+fn shop() -> Snapshot {
+    let mut s = Snapshot::default();
+    s.apply(
+        &serde_json::from_value::<k8s_openapi::api::core::v1::Namespace>(
+            json!({"metadata": {"name": "shop", "labels": {"team": "shop"}}}),
+        )
+        .expect("namespace"),
+    );
+    s.apply(
+        &serde_json::from_value::<k8s_openapi::api::apps::v1::Deployment>(json!({
+            "metadata": {"name": "api", "namespace": "shop", "generation": 1},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "api"}},
+                     "template": {"metadata": {"labels": {"app": "api"}}, "spec": {"containers": []}}}
+        }))
+        .expect("deployment"),
+    );
+    s
+}
+
+/// A pool for the `api` Deployment, finalizer already on.
+fn pooled() -> Bulkhead {
+    bulkhead(&format!(
+        "apiVersion: bulkhead.dev/v1alpha1\nkind: Bulkhead\nmetadata: {{name: pools, uid: u-1, resourceVersion: '7', generation: 1, finalizers: [{FINALIZER}]}}\n\
+         spec:\n  dimension: Dependency\n  pool: {{resource: connections, capacity: 100}}\n  workload: {{namespace: shop, selector: {{matchLabels: {{app: api}}}}}}\n\
+         \x20 classes:\n  - {{name: checkout, reserved: 40}}\n  - {{name: search, reserved: 30, critical: true}}\n"
+    ))
+}
+
+fn now() -> Time {
+    Time(jiff::Timestamp::from_second(1_700_000_000).expect("time"))
+}
+
+#[tokio::test]
+async fn a_new_bulkhead_gets_the_finalizer_and_waits_for_the_update() {
+    let mut bh = pooled();
+    bh.metadata.finalizers = None;
+    let (result, seen) = run(DeserializeGuard(Ok(bh)), shop(), echo).await;
+    assert_eq!(result.expect("reconcile"), Action::await_change());
+    let lines: Vec<String> = seen.iter().map(Seen::line).collect();
+    assert_eq!(lines, ["PATCH /apis/bulkhead.dev/v1alpha1/bulkheads/pools"]);
+    assert_eq!(seen[0].body, json!({"metadata": {"finalizers": [FINALIZER], "resourceVersion": "7"}}));
+}
+
+#[tokio::test]
+async fn a_deleted_bulkhead_is_torn_down_then_released() {
+    let mut bh = pooled();
+    bh.metadata.deletion_timestamp = Some(now());
+    let mut snapshot = shop();
+    // What an earlier reconcile wrote, and a ConfigMap of someone else.
+    for (name, owner) in [("bulkhead-pools", "pools"), ("bulkhead-other", "other")] {
+        snapshot.apply(
+            &serde_json::from_value::<k8s_openapi::api::core::v1::ConfigMap>(json!({
+                "metadata": {"name": name, "namespace": "shop",
+                             "labels": {"app.kubernetes.io/managed-by": "bulkhead", "bulkhead.dev/bulkhead": owner}}
+            }))
+            .expect("config map"),
+        );
+    }
+    let (result, seen) = run(DeserializeGuard(Ok(bh)), snapshot, |s| {
+        if s.method == "DELETE" {
+            (200, json!({"kind": "Status", "status": "Success"}))
+        } else {
+            echo(s)
+        }
+    })
+    .await;
+    assert_eq!(result.expect("reconcile"), Action::await_change());
+    let lines: Vec<String> = seen.iter().map(Seen::line).collect();
+    assert_eq!(
+        lines,
+        [
+            "DELETE /api/v1/namespaces/shop/configmaps/bulkhead-pools",
+            "PATCH /apis/bulkhead.dev/v1alpha1/bulkheads/pools",
+        ]
+    );
+    assert_eq!(seen[1].body, json!({"metadata": {"finalizers": [], "resourceVersion": "7"}}));
+}
+
+#[tokio::test]
+async fn an_unchanged_cluster_gets_no_request_at_all() {
+    let mut bh = pooled();
+    let mut snapshot = shop();
+    // The cluster as the last reconcile left it: its ConfigMap and its status.
+    let evaluation = evaluate(&bh, &snapshot, &Config::default());
+    let config_map = evaluation.plan.config_map.clone().expect("a pool config");
+    snapshot.apply(&config_map);
+    let applied =
+        ApplyOutcome::Applied { config_maps: 1, quotas: 0, conflicts: vec![], rejected: vec![], proxy_refused: vec![] };
+    bh.status = Some(evaluate(&bh, &snapshot, &Config::default()).status(&bh, &applied, &now()));
+    let (result, seen) = run(DeserializeGuard(Ok(bh)), snapshot, echo).await;
+    assert!(result.is_ok(), "{result:?}");
+    assert!(seen.is_empty(), "no request at rest: {:?}", seen.iter().map(Seen::line).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn a_node_written_by_someone_else_meanwhile_is_planned_again_without_failing() {
+    let bh = bulkhead(&format!(
+        "apiVersion: bulkhead.dev/v1alpha1\nkind: Bulkhead\nmetadata: {{name: groups, uid: u-2, resourceVersion: '3', finalizers: [{FINALIZER}]}}\n\
+         spec:\n  dimension: Tenant\n  pool: {{resource: pods, capacity: 10}}\n  classes:\n\
+         \x20 - {{name: a, reserved: 5, nodes: {{selector: {{matchLabels: {{pool: x}}}}, count: 1}}}}\n"
+    ));
+    let mut snapshot = Snapshot::default();
+    snapshot.apply(
+        &serde_json::from_value::<k8s_openapi::api::core::v1::Node>(json!({
+            "metadata": {"name": "n1", "resourceVersion": "41", "labels": {"pool": "x"}},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}
+        }))
+        .expect("node"),
+    );
+    let (result, seen) = run(DeserializeGuard(Ok(bh)), snapshot, |s| match (s.method.as_str(), s.path.as_str()) {
+        ("GET", _) => not_found(),
+        ("PATCH", p) if p.starts_with("/api/v1/nodes/") => status(409, "Conflict", "the object has been modified"),
+        _ => echo(s),
+    })
+    .await;
+    assert_eq!(result.expect("a conflict is no failure"), Action::requeue(Duration::from_millis(200)));
+    let lines: Vec<String> = seen.iter().map(Seen::line).collect();
+    assert_eq!(
+        lines,
+        [
+            "GET /apis/scheduling.k8s.io/v1/priorityclasses/bulkhead-groups.a",
+            "PATCH /apis/scheduling.k8s.io/v1/priorityclasses/bulkhead-groups.a",
+            "PATCH /api/v1/nodes/n1",
+        ],
+        "no status write after the conflict"
+    );
+    assert_eq!(seen[2].body["metadata"]["resourceVersion"], json!("41"), "the write carries its precondition");
+}
+
+#[tokio::test]
+async fn a_same_named_object_of_someone_else_is_not_taken_over() {
+    let (result, seen) = run(DeserializeGuard(Ok(pooled())), shop(), |s| match s.method.as_str() {
+        // Their ConfigMap, without our labels.
+        "GET" => (200, json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "bulkhead-pools", "namespace": "shop"}})),
+        _ => echo(s),
+    })
+    .await;
+    let error = result.expect_err("not ours");
+    assert!(matches!(&error, Error::NotOurs { kind: "ConfigMap", owner: None, .. }), "{error:?}");
+    let lines: Vec<String> = seen.iter().map(Seen::line).collect();
+    assert_eq!(
+        lines,
+        [
+            "GET /api/v1/namespaces/shop/configmaps/bulkhead-pools",
+            "PATCH /apis/bulkhead.dev/v1alpha1/bulkheads/pools/status",
+        ],
+        "nothing is written over their object"
+    );
+    let conditions = seen[1].body["status"]["conditions"].as_array().expect("conditions");
+    let ready = conditions.iter().find(|c| c["type"] == "Ready").expect("Ready");
+    assert_eq!((ready["status"].as_str(), ready["reason"].as_str()), (Some("False"), Some("ApplyFailed")));
+    let message = ready["message"].as_str().unwrap_or_default();
+    assert!(message.contains("ConfigMap shop/bulkhead-pools"), "{message}");
+}
+
+#[tokio::test]
+async fn a_placement_conflict_is_a_refusal_reported_in_status_not_an_error() {
+    let bh = bulkhead(&format!(
+        "apiVersion: bulkhead.dev/v1alpha1\nkind: Bulkhead\nmetadata: {{name: place, uid: u-3, resourceVersion: '5', finalizers: [{FINALIZER}]}}\n\
+         spec:\n  dimension: Tenant\n  pool: {{resource: pods, capacity: 10}}\n  classes:\n\
+         \x20 - {{name: a, reserved: 5, priority: 10, pods: {{namespaceSelector: {{matchLabels: {{team: shop}}}}, podSelector: {{matchLabels: {{app: api}}}}}}}}\n"
+    ));
+    let (result, seen) = run(DeserializeGuard(Ok(bh)), shop(), |s| match (s.method.as_str(), s.path.as_str()) {
+        ("GET", _) => not_found(),
+        ("PATCH", p) if p.starts_with("/apis/apps/v1/namespaces/shop/deployments/api") => status(
+            409,
+            "Conflict",
+            "Apply failed with 1 conflict: conflict with \"gitops\": .spec.template.spec.priorityClassName",
+        ),
+        _ => echo(s),
+    })
+    .await;
+    assert_eq!(result.expect("a refusal is no error"), Action::requeue(Duration::from_secs(300)));
+    let lines: Vec<String> = seen.iter().map(Seen::line).collect();
+    assert_eq!(
+        lines,
+        [
+            "GET /apis/scheduling.k8s.io/v1/priorityclasses/bulkhead-place.a",
+            "PATCH /apis/scheduling.k8s.io/v1/priorityclasses/bulkhead-place.a",
+            "PATCH /apis/apps/v1/namespaces/shop/deployments/api",
+            "PATCH /apis/bulkhead.dev/v1alpha1/bulkheads/place/status",
+        ]
+    );
+    assert!(seen[2].path.contains("fieldManager=bulkhead-placement-place"), "{}", seen[2].path);
+    assert!(!seen[2].path.contains("force=true"), "placement never forces: {}", seen[2].path);
+    let conditions = seen[3].body["status"]["conditions"].as_array().expect("conditions");
+    let placed = conditions.iter().find(|c| c["type"] == "Placed").expect("Placed");
+    assert_eq!((placed["status"].as_str(), placed["reason"].as_str()), (Some("False"), Some("PlacementConflict")));
+    assert!(placed["message"].as_str().unwrap_or_default().contains("gitops"));
+}
+
+#[tokio::test]
+async fn an_undecodable_spec_is_reported_on_the_object_naming_the_field() {
+    let invalid = InvalidObject {
+        error: "invalid type: string \"ten\", expected u32".into(),
+        metadata: kube::api::ObjectMeta { name: Some("broken".into()), generation: Some(2), ..Default::default() },
+    };
+    let raw = json!({
+        "apiVersion": "bulkhead.dev/v1alpha1", "kind": "Bulkhead",
+        "metadata": {"name": "broken", "generation": 2},
+        "spec": {"dimension": "Dependency", "pool": {"resource": "connections", "capacity": 10},
+                 "classes": [{"name": "a", "reserved": "ten"}]}
+    });
+    let (result, seen) = run(DeserializeGuard(Err(invalid)), Snapshot::default(), move |s| match s.method.as_str() {
+        "GET" => (200, raw.clone()),
+        _ => echo(s),
+    })
+    .await;
+    assert_eq!(result.expect("reported, not failed"), Action::await_change());
+    let lines: Vec<String> = seen.iter().map(Seen::line).collect();
+    assert_eq!(
+        lines,
+        [
+            "GET /apis/bulkhead.dev/v1alpha1/bulkheads/broken",
+            "PATCH /apis/bulkhead.dev/v1alpha1/bulkheads/broken/status"
+        ]
+    );
+    let ready = &seen[1].body["status"]["conditions"][0];
+    assert_eq!((ready["type"].as_str(), ready["reason"].as_str()), (Some("Ready"), Some("InvalidSpec")));
+    assert!(ready["message"].as_str().unwrap_or_default().starts_with("spec.classes[0].reserved:"), "{ready}");
+}

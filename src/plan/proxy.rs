@@ -1,0 +1,239 @@
+//! Sidecar injection: when spec.workload.proxy is set, every workload
+//! spec.workload selects gets the `bulkhead proxy` container, with the pool
+//! config mounted as a directory (never subPath, which never updates). Applied
+//! like placement: server-side apply under a field manager of this concern,
+//! without force, only when the workload lacks it, withdrawn exactly.
+
+use serde_json::{json, Value};
+
+use super::placement::{fingerprint, with_annotation};
+use crate::{
+    crd::{ProxyMode, ProxySpec},
+    select::{Selection, SpecError},
+    snapshot::{ObjectKey, Snapshot, WorkloadKind, PROXY_ANNOTATION_PREFIX},
+};
+
+/// Name of the injected container and of its config volume.
+pub const PROXY_CONTAINER: &str = "bulkhead-proxy";
+pub const PROXY_VOLUME: &str = "bulkhead-pools";
+/// Where the pool config is mounted in the sidecar.
+pub const PROXY_CONFIG_DIR: &str = "/etc/bulkhead/pools";
+pub const DEFAULT_CLASSIFY_HEADER: &str = "x-bulkhead-class";
+pub const DEFAULT_ADMIN_PORT: u16 = 9901;
+/// Image of the sidecar when neither the Bulkhead nor the operator names one.
+pub const DEFAULT_PROXY_IMAGE: &str = concat!("ghcr.io/bulkhead-dev/bulkhead:", env!("CARGO_PKG_VERSION"));
+
+/// Field manager of a Bulkhead's sidecar injection.
+pub fn proxy_manager(bulkhead: &str) -> String {
+    format!("bulkhead-proxy-{bulkhead}")
+}
+
+/// What one workload's pod template should carry.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProxyInjection {
+    pub kind: WorkloadKind,
+    pub key: ObjectKey,
+    pub generation: Option<i64>,
+    pub fingerprint: String,
+    /// The server-side apply body: the container, the volume and the annotation.
+    pub body: Value,
+    pub up_to_date: bool,
+}
+
+impl ProxyInjection {
+    pub fn describe(&self) -> String {
+        format!("{} {}", self.kind.as_str(), self.key)
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ProxyPlan {
+    /// spec.workload.proxy is set.
+    pub requested: bool,
+    /// Requested, but the pool config is withheld: sidecars are left as they are.
+    pub withheld: bool,
+    pub injections: Vec<ProxyInjection>,
+    /// Workloads carrying this Bulkhead's sidecar that should not any more.
+    pub withdrawals: Vec<(WorkloadKind, ObjectKey)>,
+}
+
+/// `image`: the operator's default sidecar image.
+pub fn plan_proxy(selection: &Selection<'_>, snapshot: &Snapshot, config_map: Option<&str>, image: &str) -> ProxyPlan {
+    let name = selection.name();
+    let workload = selection.bulkhead.spec.workload.as_ref();
+    let proxy = workload.and_then(|w| w.proxy.as_ref());
+    if proxy.is_some() && config_map.is_none() {
+        // The pool config is withheld (unfunded, say): leave every sidecar as
+        // it is rather than pull them out over a transient problem.
+        return ProxyPlan { requested: true, withheld: true, ..ProxyPlan::default() };
+    }
+    let mut injections = Vec::new();
+    if let (Some(w), Some(proxy), Some(matcher), Some(config_map)) =
+        (workload, proxy, selection.workload.as_ref(), config_map)
+    {
+        let container = container(proxy, proxy.image.as_deref().unwrap_or(image));
+        let volume = json!({"name": PROXY_VOLUME, "configMap": {"name": config_map}});
+        for found in snapshot.workloads_in(&w.namespace).filter(|x| matcher.matches(&x.template_labels)) {
+            let body = json!({
+                "apiVersion": "apps/v1",
+                "kind": found.kind.as_str(),
+                "metadata": {"name": found.name, "namespace": found.namespace},
+                "spec": {"template": {"spec": {"containers": [container], "volumes": [volume]}}},
+            });
+            let fingerprint = fingerprint(&body);
+            let body = with_annotation(body, &annotation(name), &fingerprint);
+            let up_to_date = found.proxied_by.get(name) == Some(&fingerprint)
+                && found.containers.iter().any(|c| c == PROXY_CONTAINER)
+                && found.volumes.iter().any(|v| v == PROXY_VOLUME);
+            injections.push(ProxyInjection {
+                kind: found.kind,
+                key: ObjectKey::new(&found.namespace, &found.name),
+                generation: found.generation,
+                fingerprint,
+                body,
+                up_to_date,
+            });
+        }
+    }
+    let withdrawals = snapshot
+        .workloads
+        .iter()
+        .filter(|((kind, key), w)| {
+            w.proxied_by.contains_key(name) && !injections.iter().any(|i| i.kind == *kind && &i.key == key)
+        })
+        .map(|(k, _)| k.clone())
+        .collect();
+    ProxyPlan { requested: proxy.is_some(), withheld: false, injections, withdrawals }
+}
+
+fn annotation(bulkhead: &str) -> String {
+    format!("{PROXY_ANNOTATION_PREFIX}{bulkhead}")
+}
+
+/// The container a person would write by hand: probes on the admin port,
+/// resources, a restricted security context, the config as a directory.
+fn container(proxy: &ProxySpec, image: &str) -> Value {
+    let admin = proxy.admin_port.unwrap_or(DEFAULT_ADMIN_PORT);
+    let mut args: Vec<String> = vec!["proxy".into(), "--config-dir".into(), PROXY_CONFIG_DIR.into()];
+    let mut ports = Vec::new();
+    match proxy.mode {
+        ProxyMode::Ingress => {
+            let port = proxy.port.unwrap_or_default();
+            args.extend(["--listen".into(), format!("0.0.0.0:{port}")]);
+            args.extend(["--upstream".into(), format!("http://127.0.0.1:{}", proxy.upstream_port.unwrap_or_default())]);
+            let classify = if proxy.path_prefixes.is_empty() {
+                format!("header:{}", proxy.classify_header.as_deref().unwrap_or(DEFAULT_CLASSIFY_HEADER))
+            } else {
+                let prefixes: Vec<String> =
+                    proxy.path_prefixes.iter().map(|p| format!("{}={}", p.prefix, p.class)).collect();
+                format!("path:{}", prefixes.join(","))
+            };
+            args.extend(["--classify".into(), classify]);
+            args.extend(["--unclassified".into(), proxy.unclassified.clone().unwrap_or_else(|| "reject".into())]);
+            ports.push(json!({"name": "bulkhead-proxy", "containerPort": port, "protocol": "TCP"}));
+        }
+        ProxyMode::Egress => {
+            for route in &proxy.routes {
+                args.extend(["--route".into(), format!("{}=127.0.0.1:{}={}", route.class, route.port, route.upstream)]);
+            }
+        }
+    }
+    args.extend(["--admin".into(), format!("0.0.0.0:{admin}")]);
+    ports.push(json!({"name": "bulkhead-admin", "containerPort": admin, "protocol": "TCP"}));
+    let probe = |path: &str, period: u32| json!({"httpGet": {"path": path, "port": admin}, "periodSeconds": period, "timeoutSeconds": 1, "failureThreshold": 3});
+    json!({
+        "name": PROXY_CONTAINER,
+        "image": image,
+        "args": args,
+        "ports": ports,
+        "readinessProbe": probe("/readyz", 5),
+        "livenessProbe": probe("/healthz", 10),
+        "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}},
+        "securityContext": {
+            "runAsNonRoot": true,
+            "runAsUser": 65532,
+            "readOnlyRootFilesystem": true,
+            "allowPrivilegeEscalation": false,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "volumeMounts": [{"name": PROXY_VOLUME, "mountPath": PROXY_CONFIG_DIR, "readOnly": true}],
+    })
+}
+
+/// Rules of spec.workload.proxy the schema cannot state.
+pub fn validate_proxy(proxy: &ProxySpec, classes: &[&str]) -> Vec<SpecError> {
+    const FIELD: &str = "spec.workload.proxy";
+    let mut errors = Vec::new();
+    let admin = proxy.admin_port.unwrap_or(DEFAULT_ADMIN_PORT);
+    let known = |c: &str| classes.contains(&c);
+    match proxy.mode {
+        ProxyMode::Ingress => {
+            match (proxy.port, proxy.upstream_port) {
+                (Some(port), Some(upstream)) => {
+                    if port == upstream {
+                        errors.push(SpecError::new(format!("{FIELD}.port"), "must differ from upstreamPort"));
+                    }
+                    if port == admin || upstream == admin {
+                        errors.push(SpecError::new(
+                            format!("{FIELD}.adminPort"),
+                            format!("{admin} is taken by port or upstreamPort"),
+                        ));
+                    }
+                }
+                _ => errors.push(SpecError::new(FIELD, "mode Ingress needs port and upstreamPort")),
+            }
+            if !proxy.routes.is_empty() {
+                errors.push(SpecError::new(format!("{FIELD}.routes"), "only mode Egress has routes"));
+            }
+            if proxy.classify_header.is_some() && !proxy.path_prefixes.is_empty() {
+                errors.push(SpecError::new(FIELD, "classifyHeader and pathPrefixes exclude each other"));
+            }
+            if let Some(h) = &proxy.classify_header {
+                if !h.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)) {
+                    errors
+                        .push(SpecError::new(format!("{FIELD}.classifyHeader"), format!("{h:?} is not a header name")));
+                }
+            }
+            for (i, p) in proxy.path_prefixes.iter().enumerate() {
+                if !known(&p.class) {
+                    errors.push(SpecError::new(
+                        format!("{FIELD}.pathPrefixes[{i}].class"),
+                        format!("no class {:?}", p.class),
+                    ));
+                }
+                if !p.prefix.starts_with('/') || p.prefix.contains([',', '=']) {
+                    errors.push(SpecError::new(
+                        format!("{FIELD}.pathPrefixes[{i}].prefix"),
+                        format!("{:?} must start with / and hold no ',' or '='", p.prefix),
+                    ));
+                }
+            }
+            if let Some(u) = proxy.unclassified.as_deref().filter(|u| *u != "reject" && !known(u)) {
+                errors.push(SpecError::new(
+                    format!("{FIELD}.unclassified"),
+                    format!("{u:?} is neither reject nor a class"),
+                ));
+            }
+        }
+        ProxyMode::Egress => {
+            if proxy.routes.is_empty() {
+                errors.push(SpecError::new(format!("{FIELD}.routes"), "mode Egress needs at least one route"));
+            }
+            for (i, r) in proxy.routes.iter().enumerate() {
+                let field = |f: &str| format!("{FIELD}.routes[{i}].{f}");
+                if !known(&r.class) {
+                    errors.push(SpecError::new(field("class"), format!("no class {:?}", r.class)));
+                }
+                if r.port == admin || proxy.routes[..i].iter().any(|o| o.port == r.port) {
+                    errors.push(SpecError::new(field("port"), format!("{} is used twice", r.port)));
+                }
+                if !r.upstream.starts_with("http://") || r.upstream.contains('=') {
+                    errors
+                        .push(SpecError::new(field("upstream"), format!("{:?} must be http://host:port", r.upstream)));
+                }
+            }
+        }
+    }
+    errors
+}

@@ -1,0 +1,48 @@
+//! One evaluation of one Bulkhead, shared by the controller and the offline
+//! CLI: parse its selectors once, plan, diff against the snapshot, audit.
+//! Pure; the caller applies `changes` (or prints them) and then builds the
+//! status from the outcome.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::{build_status, ApplyOutcome};
+use crate::{
+    audit::{audit, Audit, AuditConfig},
+    crd::{Bulkhead, BulkheadStatus},
+    plan::{changes, plan, Change, Plan, PlanConfig},
+    select::Selection,
+    snapshot::Snapshot,
+};
+
+#[derive(Clone, Debug)]
+pub struct Evaluation {
+    pub plan: Plan,
+    /// What must be written for the cluster to match the plan.
+    pub changes: Vec<Change>,
+    /// None when the spec is invalid: an invalid spec (say, thousands of
+    /// classes) is not audited.
+    pub audit: Option<Audit>,
+}
+
+/// The operator's configuration, as far as evaluation reads it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Config {
+    pub plan: PlanConfig,
+    pub audit: AuditConfig,
+}
+
+pub fn evaluate(bulkhead: &Bulkhead, snapshot: &Snapshot, config: &Config) -> Evaluation {
+    let selection = Selection::parse(bulkhead);
+    let plan = plan(&selection, snapshot, &config.plan);
+    let changes = changes(selection.name(), &plan, snapshot, bulkhead.spec.workload.is_some());
+    let audit = plan.is_valid().then(|| audit(&selection, snapshot, &config.audit));
+    Evaluation { plan, changes, audit }
+}
+
+impl Evaluation {
+    /// The status to report once the changes were applied (or not), keeping
+    /// transition times from the Bulkhead's current status.
+    pub fn status(&self, bulkhead: &Bulkhead, outcome: &ApplyOutcome, now: &Time) -> BulkheadStatus {
+        build_status(bulkhead, &self.plan, self.audit.as_ref(), outcome, bulkhead.status.as_ref(), now)
+    }
+}

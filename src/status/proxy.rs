@@ -1,0 +1,47 @@
+//! `ProxyInjected`, present only when spec.workload.proxy asks for the
+//! sidecar: every selected workload carries it, or why not.
+
+use super::{
+    reasons::{reason, PROXY_INJECTED},
+    ApplyOutcome, ConditionStatus, DesiredCondition,
+};
+use crate::plan::Plan;
+
+pub fn proxy_condition(plan: &Plan, outcome: &ApplyOutcome) -> Option<DesiredCondition> {
+    let proxy = &plan.proxy;
+    if !proxy.requested {
+        return None;
+    }
+    let condition = |status, reason, message: String| DesiredCondition::new(PROXY_INJECTED, status, reason, message);
+    Some(match outcome {
+        ApplyOutcome::Failed(_) => condition(
+            ConditionStatus::Unknown,
+            reason::APPLY_FAILED,
+            "the apply stopped early (see Ready); injection is not known to be complete".into(),
+        ),
+        ApplyOutcome::Applied { proxy_refused, .. } if !proxy_refused.is_empty() => condition(
+            ConditionStatus::False,
+            reason::INJECTION_REFUSED,
+            format!("left alone, the API server refused the sidecar: {}", proxy_refused.join("; ")),
+        ),
+        _ if proxy.withheld => condition(
+            ConditionStatus::False,
+            reason::CONFIG_WITHHELD,
+            "no pool config to mount (see Ready); sidecars already injected are left as they are".into(),
+        ),
+        _ if proxy.injections.is_empty() => condition(
+            ConditionStatus::False,
+            reason::WORKLOAD_NOT_FOUND,
+            "no Deployment or StatefulSet matches spec.workload.selector".into(),
+        ),
+        _ => {
+            let verb = if matches!(outcome, ApplyOutcome::Applied { .. }) { "carry" } else { "to carry" };
+            let names: Vec<String> = proxy.injections.iter().map(|i| i.describe()).collect();
+            condition(
+                ConditionStatus::True,
+                reason::SIDECAR_INJECTED,
+                format!("{} workload(s) {verb} the bulkhead-proxy sidecar: {}", names.len(), names.join(", ")),
+            )
+        }
+    })
+}

@@ -1,0 +1,72 @@
+//! Condition types and reasons, in one place: they are an API (alerts and
+//! scripts match on them), so they are named once and never by a literal.
+
+// Condition types.
+pub const READY: &str = "Ready";
+pub const FUNDED: &str = "Funded";
+pub const CONTROL_PLANE_LANE: &str = "ControlPlaneLane";
+pub const QUOTAS_SCOPED: &str = "QuotasScoped";
+pub const NODE_GROUPS_READY: &str = "NodeGroupsReady";
+pub const PLACED: &str = "Placed";
+pub const ISOLATED: &str = "Isolated";
+pub const PROXY_INJECTED: &str = "ProxyInjected";
+
+/// Reasons.
+pub mod reason {
+    /// The spec breaks a rule; the message names the field.
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// A write to the API server failed; the message names the object.
+    pub const APPLY_FAILED: &str = "ApplyFailed";
+    /// Nothing is written until the design is funded.
+    pub const NOT_FUNDED: &str = "NotFunded";
+    /// No pool config is written; the message says why.
+    pub const CONFIG_WITHHELD: &str = "ConfigWithheld";
+    /// spec.workload matches no Deployment or StatefulSet.
+    pub const WORKLOAD_NOT_FOUND: &str = "WorkloadNotFound";
+    /// Everything planned is written.
+    pub const RECONCILED: &str = "Reconciled";
+    /// Floors plus surplus fit in the capacity.
+    pub const FUNDED: &str = "Funded";
+    /// Floors plus surplus exceed the capacity.
+    pub const UNFUNDABLE: &str = "Unfundable";
+    /// A Fleet floor split over the replicas rounds down to nothing.
+    pub const FLOOR_ROUNDS_TO_ZERO: &str = "FloorRoundsToZero";
+    /// No class is critical (no control-plane lane).
+    pub const NO_CRITICAL_CLASS: &str = "NoCriticalClass";
+    /// A critical class holds the control-plane lane.
+    pub const CRITICAL_CLASS: &str = "CriticalClass";
+    /// Every quota counts only its own class's pods.
+    pub const QUOTAS_SCOPED: &str = "QuotasScoped";
+    /// A shared namespace's quota sets a key a PriorityClass scope cannot carry.
+    pub const QUOTA_NOT_SCOPABLE: &str = "QuotaNotScopable";
+    /// Two classes' quotas would land in one namespace.
+    pub const QUOTA_NAMESPACE_SHARED: &str = "QuotaNamespaceShared";
+    /// No class asks for a node group.
+    pub const NO_NODE_GROUPS: &str = "NoNodeGroups";
+    /// Every node group holds its count.
+    pub const NODES_CLAIMED: &str = "NodesClaimed";
+    /// A node group is short of nodes.
+    pub const INSUFFICIENT_NODES: &str = "InsufficientNodes";
+    /// Another field manager owns a field placement would set.
+    pub const PLACEMENT_CONFLICT: &str = "PlacementConflict";
+    /// The API server refused a placement otherwise.
+    pub const PLACEMENT_REJECTED: &str = "PlacementRejected";
+    /// A workload matches two classes and is left alone.
+    pub const WORKLOAD_IN_TWO_CLASSES: &str = "WorkloadInTwoClasses";
+    /// A class names a RuntimeClass the cluster lacks.
+    pub const RUNTIME_CLASS_NOT_FOUND: &str = "RuntimeClassNotFound";
+    /// No workload matches a class's pods selectors.
+    pub const NO_WORKLOADS: &str = "NoWorkloads";
+    /// Every class workload carries its placement.
+    pub const WORKLOADS_PLACED: &str = "WorkloadsPlaced";
+    /// A required layer is Shared.
+    pub const SHARED_LAYER_DETECTED: &str = "SharedLayerDetected";
+    /// Only Unverified required layers remain.
+    pub const SHARED_LAYER_UNVERIFIED: &str = "SharedLayerUnverified";
+    /// Every required layer is Separate.
+    pub const ALL_LAYERS_SEPARATE: &str = "AllLayersSeparate";
+    /// Every workload of spec.workload carries the sidecar.
+    pub const SIDECAR_INJECTED: &str = "SidecarInjected";
+    /// The API server refused a sidecar injection (a conflict or a rejection).
+    pub const INJECTION_REFUSED: &str = "InjectionRefused";
+}
