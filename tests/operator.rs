@@ -557,8 +557,12 @@ async fn a_write_the_api_server_rejects_is_reported_and_retried_with_backoff() {
     let (reason, message) = wait_condition(&client, &name, "Ready", "False").await;
     assert_eq!(reason, "ApplyFailed");
     assert!(message.contains("not a resource!"), "{message}");
-    let (_, metrics) = op.http_get("/metrics").expect("metrics");
-    assert!(metrics.contains(r#"bulkhead_reconcile_errors_total{error="api"}"#), "{metrics}");
+    // The error is counted once the reconcile returns, just after it wrote the status.
+    wait_for("the rejected write counted as an api error", Duration::from_secs(5), || async {
+        let (_, metrics) = op.http_get("/metrics")?;
+        metrics.contains(r#"bulkhead_reconcile_errors_total{error="api"}"#).then_some(())
+    })
+    .await;
     cp.kubectl(&["delete", "bulkhead", &name]);
 }
 
