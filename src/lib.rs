@@ -3,7 +3,8 @@
 //! Imports flow one way (`tests/architecture.rs` checks it):
 //! `crd → {pool_config, snapshot} → select → {plan, audit} → status →
 //! {controller, offline}`. Everything left of `controller` is pure and shared
-//! by the controller and the offline CLI.
+//! by the controller and the offline CLI. `proxy` enforces a pool config at
+//! run time and depends only on `pool_config`.
 
 #![forbid(unsafe_code)]
 
@@ -13,6 +14,7 @@ pub mod crd;
 pub mod offline;
 pub mod plan;
 pub mod pool_config;
+pub mod proxy;
 pub mod select;
 pub mod snapshot;
 pub mod status;

@@ -1,4 +1,4 @@
-//! The `bulkhead` binary: the controller and the offline tools.
+//! The `bulkhead` binary: the controller, the enforcement proxy and the offline tools.
 
 use std::{net::SocketAddr, path::PathBuf, process::ExitCode};
 
@@ -39,6 +39,15 @@ enum Command {
         lease_name: String,
         #[command(flatten)]
         config: ConfigArgs,
+    },
+    /// Enforce a pool config: an HTTP/1.1 and h2c reverse proxy admitting each request
+    /// to its class's floor, then the shared surplus up to its ceiling, else rejecting it at once.
+    Proxy {
+        #[command(flatten)]
+        args: bulkhead::proxy::ProxyArgs,
+        /// Log format.
+        #[arg(long, value_enum, default_value = "text")]
+        log_format: LogFormat,
     },
     /// Print the CustomResourceDefinition YAML.
     Crd,
@@ -112,6 +121,16 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Proxy { args, log_format } => {
+            init_tracing(log_format);
+            match proxy(args) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Crd => {
             print!("{}", bulkhead::crd::crd_yaml());
             ExitCode::SUCCESS
@@ -145,6 +164,12 @@ async fn run(
         config,
     };
     bulkhead::controller::run(client, options).await?;
+    Ok(())
+}
+
+fn proxy(args: bulkhead::proxy::ProxyArgs) -> anyhow::Result<()> {
+    let runtime = bulkhead::proxy::runtime(args.workers).context("cannot start the async runtime")?;
+    runtime.block_on(bulkhead::proxy::run(args))?;
     Ok(())
 }
 
