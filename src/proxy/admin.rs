@@ -42,8 +42,5 @@ async fn readyz(State(admin): State<Arc<Admin>>) -> (StatusCode, String) {
 }
 
 async fn metrics(State(admin): State<Arc<Admin>>) -> ([(&'static str, &'static str); 1], String) {
-    (
-        [("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")],
-        admin.metrics.encode(),
-    )
+    ([("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")], admin.metrics.encode())
 }

@@ -155,7 +155,9 @@ impl Future for ForwardFuture {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         // Every field is Unpin (the client's future is boxed).
         let (inner, inbound, drain) = match &mut self.state {
-            State::Ready(res) => return Poll::Ready(Ok(res.take().unwrap_or_else(|| answer(StatusCode::BAD_GATEWAY, "upstream")))),
+            State::Ready(res) => {
+                return Poll::Ready(Ok(res.take().unwrap_or_else(|| answer(StatusCode::BAD_GATEWAY, "upstream"))))
+            }
             State::Waiting { inner, inbound, drain } => (inner, inbound, drain),
         };
         let mut res = match ready!(Pin::new(inner).poll(cx)) {
@@ -186,8 +188,7 @@ fn splice(inbound: hyper::upgrade::OnUpgrade, res: &mut Response<Incoming>, drai
     tokio::spawn(async move {
         let permit = rx.await.ok();
         if let (Ok(client), Ok(upstream)) = (inbound.await, outbound.await) {
-            let result =
-                tokio::io::copy_bidirectional(&mut TokioIo::new(client), &mut TokioIo::new(upstream)).await;
+            let result = tokio::io::copy_bidirectional(&mut TokioIo::new(client), &mut TokioIo::new(upstream)).await;
             tracing::debug!(?result, "upgraded connection closed");
         }
         drop((permit, drain));
@@ -207,12 +208,7 @@ fn is_upgrade(headers: &HeaderMap) -> bool {
 }
 
 fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = &str> {
-    headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(str::trim)
+    headers.get_all(header::CONNECTION).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(',')).map(str::trim)
 }
 
 const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");

@@ -83,13 +83,19 @@ impl Collector for PoolCollector {
         let counter = ConstCounter::new(0u64).metric_type();
         let gauge = ConstGauge::new(0i64).metric_type();
 
-        let mut m = encoder.encode_descriptor("admitted", "Requests admitted, by class and pool (floor, surplus)", None, counter)?;
+        let mut m = encoder.encode_descriptor(
+            "admitted",
+            "Requests admitted, by class and pool (floor, surplus)",
+            None,
+            counter,
+        )?;
         for c in &s.classes {
             ConstCounter::new(c.admitted_floor).encode(m.encode_family(&class_pool(&c.name, "floor"))?)?;
             ConstCounter::new(c.admitted_surplus).encode(m.encode_family(&class_pool(&c.name, "surplus"))?)?;
         }
         let mut m = encoder.encode_descriptor("rejected", "Requests rejected, by class and reason", None, counter)?;
-        let class_reason = |class: &str, reason: &'static str| [("class", class.to_owned()), ("reason", reason.to_owned())];
+        let class_reason =
+            |class: &str, reason: &'static str| [("class", class.to_owned()), ("reason", reason.to_owned())];
         for c in &s.classes {
             ConstCounter::new(c.rejected_ceiling).encode(m.encode_family(&class_reason(&c.name, "ceiling"))?)?;
             let family = class_reason(&c.name, "surplus-exhausted");
@@ -98,7 +104,8 @@ impl Collector for PoolCollector {
         // No class: the label is empty, which Prometheus reads as absent.
         ConstCounter::new(s.unclassified_rejected).encode(m.encode_family(&class_reason("", "unclassified"))?)?;
 
-        let mut m = encoder.encode_descriptor("in_flight", "Requests holding a slot, by class and pool", None, gauge)?;
+        let mut m =
+            encoder.encode_descriptor("in_flight", "Requests holding a slot, by class and pool", None, gauge)?;
         for c in &s.classes {
             ConstGauge::new(i64::from(c.floor_in_use)).encode(m.encode_family(&class_pool(&c.name, "floor"))?)?;
             ConstGauge::new(i64::from(c.surplus_in_use)).encode(m.encode_family(&class_pool(&c.name, "surplus"))?)?;

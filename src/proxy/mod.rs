@@ -82,11 +82,9 @@ fn plan(args: &ProxyArgs) -> Result<Vec<Plan>, ProxyError> {
         plans.push(Plan { addr, classifier: Classifier::Rules(args.classify.clone()), upstream });
     }
     for route in &args.routes {
-        let upstream = route
-            .upstream
-            .clone()
-            .or_else(|| args.upstream.clone())
-            .ok_or_else(|| ProxyError::Usage(format!("--route {}: no upstream (add =http://... or --upstream)", route.class)))?;
+        let upstream = route.upstream.clone().or_else(|| args.upstream.clone()).ok_or_else(|| {
+            ProxyError::Usage(format!("--route {}: no upstream (add =http://... or --upstream)", route.class))
+        })?;
         plans.push(Plan { addr: route.listen, classifier: Classifier::Fixed(route.class.as_str().into()), upstream });
     }
     Ok(plans)
@@ -113,12 +111,10 @@ pub async fn run(args: ProxyArgs) -> Result<(), ProxyError> {
     let (drain_tx, drain) = watch::channel(());
     let builder = Arc::new(server::http_builder());
     let rejector = Rejector::new(args.retry_after);
-    let admin = Arc::new(admin::Admin {
-        pool: Arc::clone(&pool),
-        metrics: Arc::clone(&metrics),
-        draining: Default::default(),
-    });
-    let admin_tcp = TcpListener::bind(args.admin).await.map_err(|source| ProxyError::Bind { addr: args.admin, source })?;
+    let admin =
+        Arc::new(admin::Admin { pool: Arc::clone(&pool), metrics: Arc::clone(&metrics), draining: Default::default() });
+    let admin_tcp =
+        TcpListener::bind(args.admin).await.map_err(|source| ProxyError::Bind { addr: args.admin, source })?;
     let mut bound = Vec::new();
     for plan in plans {
         let tcp = TcpListener::bind(plan.addr).await.map_err(|source| ProxyError::Bind { addr: plan.addr, source })?;
@@ -151,7 +147,8 @@ pub async fn run(args: ProxyArgs) -> Result<(), ProxyError> {
     admin.draining.store(true, Ordering::Relaxed);
     let started = Instant::now();
     let _ = stop_tx.send(true);
-    let in_flight = || pool.snapshot().classes.iter().map(|c| u64::from(c.floor_in_use + c.surplus_in_use)).sum::<u64>();
+    let in_flight =
+        || pool.snapshot().classes.iter().map(|c| u64::from(c.floor_in_use + c.surplus_in_use)).sum::<u64>();
     match tokio::time::timeout(args.drain_timeout, drain_tx.closed()).await {
         Ok(()) => tracing::info!(took = ?started.elapsed(), "drained"),
         Err(_) => tracing::warn!(in_flight = in_flight(), "drain timeout: exiting with requests in flight"),

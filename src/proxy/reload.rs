@@ -104,9 +104,8 @@ pub async fn follow(
 }
 
 fn apply(path: &Path, bytes: &[u8], pool: &Pool, metrics: &ProxyMetrics) {
-    let result = parse(path, bytes).and_then(|config| {
-        pool.apply(config).map_err(|source| LoadError::Invalid { path: path.to_owned(), source })
-    });
+    let result = parse(path, bytes)
+        .and_then(|config| pool.apply(config).map_err(|source| LoadError::Invalid { path: path.to_owned(), source }));
     match result {
         Ok(generation) => {
             metrics.reload("applied");
