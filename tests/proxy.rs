@@ -137,6 +137,42 @@ async fn each_h2c_stream_takes_a_slot_and_grpc_gets_a_trailers_only_rejection() 
 }
 
 #[tokio::test]
+async fn an_upgraded_connection_holds_its_slot_until_it_closes() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let up = Upstream::start().await;
+    let config = ConfigDir::new(&pools(5));
+    let url = up.url();
+    let proxy = Proxy::start(config.path(), &args(&url, &[])).await;
+    let mut tcp = tokio::net::TcpStream::connect(proxy.listen).await.expect("connect");
+    tcp.write_all(b"GET /upgrade HTTP/1.1\r\nhost: shop\r\nconnection: upgrade\r\nupgrade: echo\r\nx-class: checkout\r\n\r\n")
+        .await
+        .expect("write");
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8; 1];
+        let n = tokio::time::timeout(WAIT, tcp.read(&mut byte)).await.expect("in time").expect("read");
+        assert_eq!(n, 1, "closed early: {}", String::from_utf8_lossy(&head));
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head).to_lowercase();
+    assert!(head.starts_with("http/1.1 101"), "{head}");
+    assert!(head.contains("upgrade: echo"), "{head}");
+    // The response is over, the connection lives on: so does the slot.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(proxy.in_flight("checkout").await, 1.0);
+    tcp.write_all(b"ping\n").await.expect("write");
+    let mut echo = [0u8; 5];
+    tokio::time::timeout(WAIT, tcp.read_exact(&mut echo)).await.expect("in time").expect("echo");
+    assert_eq!(&echo, b"ping\n");
+    drop(tcp);
+    let deadline = Instant::now() + WAIT;
+    while proxy.in_flight("checkout").await != 0.0 {
+        assert!(Instant::now() < deadline, "slot never given back after the upgraded connection closed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
 async fn unclassified_requests_are_rejected_or_counted_as_the_named_class() {
     let up = Upstream::start().await;
     let config = ConfigDir::new(&pools(5));

@@ -100,7 +100,7 @@ impl Upstream {
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(move |req| answer(req, rx.clone()));
                     let _ = auto::Builder::new(TokioExecutor::new())
-                        .serve_connection(TokioIo::new(stream), service)
+                        .serve_connection_with_upgrades(TokioIo::new(stream), service)
                         .await;
                 });
             }
@@ -118,7 +118,22 @@ impl Upstream {
     }
 }
 
-async fn answer(req: Request<Incoming>, release: watch::Receiver<u64>) -> Result<Response<UpBody>, Infallible> {
+async fn answer(mut req: Request<Incoming>, release: watch::Receiver<u64>) -> Result<Response<UpBody>, Infallible> {
+    if req.uri().path() == "/upgrade" {
+        // Switch to a line echo protocol until the client closes.
+        let upgrade = hyper::upgrade::on(&mut req);
+        tokio::spawn(async move {
+            if let Ok(upgraded) = upgrade.await {
+                let (mut r, mut w) = tokio::io::split(TokioIo::new(upgraded));
+                let _ = tokio::time::timeout(WAIT, tokio::io::copy(&mut r, &mut w)).await;
+            }
+        });
+        let mut res = Response::new(Empty::new().boxed());
+        *res.status_mut() = http::StatusCode::SWITCHING_PROTOCOLS;
+        res.headers_mut().insert("connection", http::HeaderValue::from_static("upgrade"));
+        res.headers_mut().insert("upgrade", http::HeaderValue::from_static("echo"));
+        return Ok(res);
+    }
     if req.uri().path() != "/hold" {
         let xff = req.headers().get("x-forwarded-for").cloned();
         let mut res = Response::new(Full::new(Bytes::from_static(b"ok")).boxed());

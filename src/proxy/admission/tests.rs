@@ -236,12 +236,12 @@ fn threads_holding_random_numbers_of_permits_never_exceed_any_limit() {
         .map(|t| {
             let (pool, tally, config) = (Arc::clone(&pool), Arc::clone(&tally), config.clone());
             std::thread::spawn(move || {
-                let mut rng = XorShift(0x9E37_79B9_7F4A_7C15 ^ (t + 1) * 0x1234_5678);
+                let mut rng = XorShift(0x9E37_79B9_7F4A_7C15 ^ ((t + 1) * 0x1234_5678));
                 let mut held: Vec<(usize, Permit)> = Vec::new();
                 let (mut admitted, mut refused) = (0u32, 0u32);
                 for _ in 0..20_000 {
                     // Grow to a random depth, then shed a random number.
-                    if held.len() < 60 && rng.next() % 3 != 0 {
+                    if held.len() < 60 && !rng.next().is_multiple_of(3) {
                         let class = (rng.next() % 4) as usize;
                         match pool.admit(Some(NAMES[class].as_bytes())) {
                             Ok(p) => {
@@ -257,7 +257,7 @@ fn threads_holding_random_numbers_of_permits_never_exceed_any_limit() {
                         tally.remove(class, p.source());
                         drop(p);
                     }
-                    if rng.next() % 64 == 0 {
+                    if rng.next().is_multiple_of(64) {
                         std::thread::yield_now();
                     }
                 }
@@ -292,7 +292,7 @@ async fn tasks_with_random_hold_times_never_exceed_any_limit() {
         .map(|t| {
             let (pool, tally, config) = (Arc::clone(&pool), Arc::clone(&tally), config.clone());
             tokio::spawn(async move {
-                let mut rng = XorShift(0xD1B5_4A32_D192_ED03 ^ (t + 1) * 0x9E37_79B9);
+                let mut rng = XorShift(0xD1B5_4A32_D192_ED03 ^ ((t + 1) * 0x9E37_79B9));
                 let mut admitted = 0u32;
                 for _ in 0..30 {
                     let class = (rng.next() % 4) as usize;
