@@ -40,8 +40,12 @@ enum Command {
         #[command(flatten)]
         config: ConfigArgs,
     },
-    /// Enforce a pool config: an HTTP/1.1 and h2c reverse proxy admitting each request
-    /// to its class's floor, then the shared surplus up to its ceiling, else rejecting it at once.
+    /// Enforce a pool config: a reverse proxy that admits each request to its class's pool or rejects it at once.
+    ///
+    /// An HTTP/1.1 and h2c reverse proxy in front of a service (ingress) or of a dependency
+    /// (egress): each request takes a slot of its class's floor, else of the shared surplus up
+    /// to the class's ceiling, else is rejected at once; the slot is held until the response
+    /// body ends. pools.json is followed as the kubelet updates the mounted ConfigMap.
     Proxy {
         #[command(flatten)]
         args: bulkhead::proxy::ProxyArgs,

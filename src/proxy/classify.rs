@@ -47,7 +47,7 @@ impl FromStr for Rule {
                     prefixes.push((prefix.trim_end_matches('/').to_owned(), class.to_owned()));
                 }
                 // Longest first, so /api/admin wins over /api.
-                prefixes.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+                prefixes.sort_by_key(|(prefix, _)| std::cmp::Reverse(prefix.len()));
                 Ok(Rule::Path(prefixes))
             }
             _ => Err(err("unknown kind")),
