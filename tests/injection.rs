@@ -1,0 +1,219 @@
+//! Sidecar injection in the planner: the container a person would write, the
+//! rules of spec.workload.proxy, no re-apply at rest, exact withdrawal, and a
+//! withheld config that leaves sidecars alone. No cluster.
+
+use bulkhead::{
+    crd::Bulkhead,
+    plan::{changes, teardown, Change, Plan, PlanConfig, ProxyInjection},
+    select::Selection,
+    snapshot::Snapshot,
+    status::{build_status, ApplyOutcome, PROXY_INJECTED},
+};
+use k8s_openapi::{
+    api::{apps::v1::Deployment, core::v1::Namespace},
+    apimachinery::pkg::apis::meta::v1::Time,
+};
+use serde_json::{json, Value};
+
+fn plan(bulkhead: &Bulkhead, snapshot: &Snapshot) -> Plan {
+    let config = PlanConfig { proxy_image: "registry.example/bulkhead:test".into() };
+    bulkhead::plan::plan(&Selection::parse(bulkhead), snapshot, &config)
+}
+
+fn bulkhead(proxy: &str, capacity: u32) -> Bulkhead {
+    serde_yaml::from_str(&format!(
+        "apiVersion: bulkhead.dev/v1alpha1\nkind: Bulkhead\nmetadata: {{name: shop, uid: u-1}}\nspec:\n  dimension: Dependency\n  \
+         pool: {{resource: requests, capacity: {capacity}}}\n  workload:\n    namespace: shop\n    selector: {{matchLabels: {{app: api}}}}\n    \
+         proxy: {proxy}\n  classes:\n  - {{name: checkout, reserved: 40}}\n  - {{name: search, reserved: 30}}\n  \
+         - {{name: control-plane, reserved: 5, critical: true}}\n"
+    ))
+    .expect("fixture")
+}
+
+const INGRESS: &str = "{mode: Ingress, port: 8081, upstreamPort: 8080}";
+
+/// Namespace `shop` with Deployment `api` whose template is `template`.
+fn shop(annotations: Value, template: Value) -> Snapshot {
+    let mut s = Snapshot::default();
+    s.apply(&serde_json::from_value::<Namespace>(json!({"metadata": {"name": "shop"}})).expect("namespace"));
+    s.apply(
+        &serde_json::from_value::<Deployment>(json!({
+            "metadata": {"name": "api", "namespace": "shop", "generation": 3, "annotations": annotations},
+            "spec": {"selector": {"matchLabels": {"app": "api"}}, "template": template},
+        }))
+        .expect("deployment"),
+    );
+    s
+}
+
+fn plain_template() -> Value {
+    json!({"metadata": {"labels": {"app": "api"}}, "spec": {"containers": [{"name": "app", "image": "app:1"}]}})
+}
+
+fn injections(changes: &[Change]) -> Vec<&ProxyInjection> {
+    changes.iter().filter_map(|c| if let Change::InjectProxy(i) = c { Some(i) } else { None }).collect()
+}
+
+/// The Deployment as the API server holds it after the injection was applied.
+fn after_injection(injection: &ProxyInjection) -> Snapshot {
+    let body = &injection.body;
+    let mut template = plain_template();
+    let containers = template["spec"]["containers"].as_array_mut().expect("containers");
+    containers.push(body["spec"]["template"]["spec"]["containers"][0].clone());
+    template["spec"]["volumes"] = body["spec"]["template"]["spec"]["volumes"].clone();
+    shop(body["metadata"]["annotations"].clone(), template)
+}
+
+#[test]
+fn the_sidecar_is_what_a_person_would_write() {
+    let snapshot = shop(json!({}), plain_template());
+    let p = plan(&bulkhead(INGRESS, 200), &snapshot);
+    assert!(p.is_valid(), "{:?}", p.errors);
+    let all = changes("shop", &p, &snapshot, true);
+    let inject = injections(&all);
+    assert_eq!(inject.len(), 1);
+    // After the ConfigMap it mounts.
+    let cm = all.iter().position(|c| matches!(c, Change::ApplyConfigMap(_))).expect("config map");
+    let ij = all.iter().position(|c| matches!(c, Change::InjectProxy(_))).expect("injection");
+    assert!(cm < ij, "the config is written before the sidecar that mounts it");
+
+    let body = &inject[0].body;
+    assert_eq!(body["metadata"]["annotations"]["proxy.bulkhead.dev/shop"], json!(inject[0].fingerprint));
+    let c = &body["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(c["name"], "bulkhead-proxy");
+    assert_eq!(c["image"], "registry.example/bulkhead:test");
+    assert_eq!(
+        c["args"],
+        json!([
+            "proxy",
+            "--config-dir",
+            "/etc/bulkhead/pools",
+            "--listen",
+            "0.0.0.0:8081",
+            "--upstream",
+            "http://127.0.0.1:8080",
+            "--classify",
+            "header:x-bulkhead-class",
+            "--unclassified",
+            "reject",
+            "--admin",
+            "0.0.0.0:9901"
+        ])
+    );
+    assert_eq!(c["readinessProbe"]["httpGet"], json!({"path": "/readyz", "port": 9901}));
+    assert_eq!(c["livenessProbe"]["httpGet"], json!({"path": "/healthz", "port": 9901}));
+    assert_eq!(c["resources"]["requests"], json!({"cpu": "50m", "memory": "32Mi"}));
+    let sc = &c["securityContext"];
+    assert_eq!(
+        (&sc["runAsNonRoot"], &sc["readOnlyRootFilesystem"], &sc["allowPrivilegeEscalation"]),
+        (&json!(true), &json!(true), &json!(false))
+    );
+    assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]));
+    assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault");
+    assert_eq!(
+        c["volumeMounts"],
+        json!([{"name": "bulkhead-pools", "mountPath": "/etc/bulkhead/pools", "readOnly": true}])
+    );
+    assert_eq!(
+        body["spec"]["template"]["spec"]["volumes"],
+        json!([{"name": "bulkhead-pools", "configMap": {"name": "bulkhead-shop"}}])
+    );
+}
+
+#[test]
+fn egress_routes_and_path_prefixes_become_arguments() {
+    let snapshot = shop(json!({}), plain_template());
+    let egress = "{mode: Egress, routes: [{class: checkout, port: 15001, upstream: 'http://payments.shop:80'}, \
+                  {class: search, port: 15002, upstream: 'http://search.shop:9200'}]}";
+    let p = plan(&bulkhead(egress, 200), &snapshot);
+    let args = &p.proxy.injections[0].body["spec"]["template"]["spec"]["containers"][0]["args"];
+    let args: Vec<&str> = args.as_array().expect("args").iter().filter_map(Value::as_str).collect();
+    assert!(args.windows(2).any(|w| w == ["--route", "checkout=127.0.0.1:15001=http://payments.shop:80"]), "{args:?}");
+    assert!(args.windows(2).any(|w| w == ["--route", "search=127.0.0.1:15002=http://search.shop:9200"]), "{args:?}");
+    assert!(!args.contains(&"--listen"));
+
+    let paths =
+        "{port: 8081, upstreamPort: 8080, unclassified: search, pathPrefixes: [{prefix: /pay, class: checkout}]}";
+    let p = plan(&bulkhead(paths, 200), &snapshot);
+    let args = &p.proxy.injections[0].body["spec"]["template"]["spec"]["containers"][0]["args"];
+    let args: Vec<&str> = args.as_array().expect("args").iter().filter_map(Value::as_str).collect();
+    assert!(args.windows(2).any(|w| w == ["--classify", "path:/pay=checkout"]), "{args:?}");
+    assert!(args.windows(2).any(|w| w == ["--unclassified", "search"]), "{args:?}");
+}
+
+#[test]
+fn each_rule_of_the_proxy_names_its_field() {
+    let snapshot = shop(json!({}), plain_template());
+    let cases = [
+        ("{mode: Ingress, port: 8081}", "spec.workload.proxy"),
+        ("{port: 8080, upstreamPort: 8080}", "spec.workload.proxy.port"),
+        ("{port: 9901, upstreamPort: 8080}", "spec.workload.proxy.adminPort"),
+        ("{port: 8081, upstreamPort: 8080, unclassified: nobody}", "spec.workload.proxy.unclassified"),
+        ("{port: 8081, upstreamPort: 8080, classifyHeader: 'bad header'}", "spec.workload.proxy.classifyHeader"),
+        ("{port: 8081, upstreamPort: 8080, pathPrefixes: [{prefix: /a, class: nobody}]}", "spec.workload.proxy.pathPrefixes[0].class"),
+        ("{mode: Egress}", "spec.workload.proxy.routes"),
+        ("{mode: Egress, routes: [{class: nobody, port: 1, upstream: 'http://x:1'}]}", "spec.workload.proxy.routes[0].class"),
+        (
+            "{mode: Egress, routes: [{class: checkout, port: 1, upstream: 'http://x:1'}, {class: search, port: 1, upstream: 'http://y:1'}]}",
+            "spec.workload.proxy.routes[1].port",
+        ),
+    ];
+    for (proxy, field) in cases {
+        let p = plan(&bulkhead(proxy, 200), &snapshot);
+        let fields: Vec<&str> = p.errors.iter().map(|e| e.field.as_str()).collect();
+        assert!(fields.contains(&field), "{proxy}: {fields:?}");
+        assert!(changes("shop", &p, &snapshot, true).is_empty(), "an invalid spec writes nothing");
+    }
+}
+
+#[test]
+fn an_injected_workload_is_not_patched_again() {
+    let snapshot = shop(json!({}), plain_template());
+    let bh = bulkhead(INGRESS, 200);
+    let p = plan(&bh, &snapshot);
+    let settled = after_injection(&p.proxy.injections[0]);
+    let again = plan(&bh, &settled);
+    assert!(injections(&changes("shop", &again, &settled, true)).is_empty(), "no rollout loop");
+    // Someone removed the container: it is put back.
+    let stripped = shop(p.proxy.injections[0].body["metadata"]["annotations"].clone(), plain_template());
+    assert_eq!(injections(&changes("shop", &plan(&bh, &stripped), &stripped, true)).len(), 1);
+    // A changed proxy spec is a new patch.
+    let changed = bulkhead("{mode: Ingress, port: 8082, upstreamPort: 8080}", 200);
+    assert_eq!(injections(&changes("shop", &plan(&changed, &settled), &settled, true)).len(), 1);
+}
+
+#[test]
+fn removing_the_proxy_or_the_bulkhead_withdraws_the_sidecar() {
+    let snapshot = shop(json!({}), plain_template());
+    let p = plan(&bulkhead(INGRESS, 200), &snapshot);
+    let settled = after_injection(&p.proxy.injections[0]);
+    let mut without: Bulkhead = bulkhead(INGRESS, 200);
+    if let Some(w) = without.spec.workload.as_mut() {
+        w.proxy = None;
+    }
+    let c = changes("shop", &plan(&without, &settled), &settled, true);
+    assert!(
+        c.iter().any(|c| matches!(c, Change::WithdrawProxy(_, key) if key.name == "api")),
+        "{:?}",
+        c.iter().map(ToString::to_string).collect::<Vec<_>>()
+    );
+    let down = teardown("shop", &settled);
+    let withdraw = down.iter().position(|c| matches!(c, Change::WithdrawProxy(..))).expect("withdrawn on delete");
+    assert_eq!(withdraw, 0, "the sidecar goes before anything it mounts");
+}
+
+#[test]
+fn an_unfunded_design_leaves_injected_sidecars_in_place() {
+    let snapshot = shop(json!({}), plain_template());
+    let p = plan(&bulkhead(INGRESS, 200), &snapshot);
+    let settled = after_injection(&p.proxy.injections[0]);
+    // 40 + 30 + 5 reserved do not fit in 50.
+    let unfunded = bulkhead(INGRESS, 50);
+    let p = plan(&unfunded, &settled);
+    let c = changes("shop", &p, &settled, true);
+    assert!(!c.iter().any(|c| matches!(c, Change::WithdrawProxy(..) | Change::InjectProxy(_))), "{c:?}");
+    let now = Time(jiff::Timestamp::from_second(1_800_000_000).expect("time"));
+    let status = build_status(&unfunded, &p, None, &ApplyOutcome::NotApplied, None, &now);
+    let condition = status.conditions.iter().find(|c| c.type_ == PROXY_INJECTED).expect("ProxyInjected");
+    assert_eq!((condition.status.as_str(), condition.reason.as_str()), ("False", "ConfigWithheld"));
+}
