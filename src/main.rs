@@ -88,6 +88,7 @@ enum Command {
         /// Tenants (T), at least 1.
         #[arg(long, value_name = "T", allow_negative_numbers = true)]
         tenants: u64,
+        /// A table for people, or one JSON object.
         #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
         output: ShardOutput,
     },
@@ -171,7 +172,13 @@ fn shard(nodes: usize, shard_size: usize, tenants: u64, output: ShardOutput) -> 
     };
     match output {
         ShardOutput::Table => print!("{}", calc.table()),
-        ShardOutput::Json => println!("{:#}", calc.to_json()),
+        ShardOutput::Json => match serde_json::to_string_pretty(&calc) {
+            Ok(json) => println!("{json}"),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
     }
     ExitCode::SUCCESS
 }

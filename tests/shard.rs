@@ -112,6 +112,11 @@ fn shard_json_has_exactly_the_documented_keys() {
         }
     }
     assert_eq!(keys(&v["shared"]), ["fullyAffected", "partiallyAffected", "unaffected"]);
+    // Printed in the documented order, for people reading it.
+    let (_, out, _) = bulkhead(&["shard", "--nodes", "8", "--shard-size", "2", "--tenants", "800", "-o", "json"]);
+    let at = |k: &str| out.find(&format!("\"{k}\":")).unwrap_or(usize::MAX);
+    let order = ["nodes", "shardSize", "tenants", "combinations", "shared", "partitioned", "shuffleSharded"];
+    assert!(order.windows(2).all(|w| at(w[0]) < at(w[1])), "{out}");
     assert_eq!((v["nodes"].as_u64(), v["shardSize"].as_u64(), v["tenants"].as_u64()), (Some(8), Some(2), Some(800)));
     assert_eq!(v["combinations"].as_u64(), Some(28));
     assert_eq!(v["shared"]["fullyAffected"].as_u64(), Some(799));

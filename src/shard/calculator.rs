@@ -4,6 +4,7 @@
 
 use num_bigint::BigUint;
 use num_traits::ToPrimitive;
+use serde::{Serialize, Serializer};
 use serde_json::{json, Value};
 
 use super::{check_sizes, ShardError};
@@ -82,28 +83,6 @@ impl Calculation {
         })
     }
 
-    /// The `-o json` object. Whole expectations print as integers; C(N, K)
-    /// prints as a string of digits once it exceeds 2^53, where JSON readers
-    /// that use doubles would round it.
-    pub fn to_json(&self) -> Value {
-        let combinations = match self.combinations.to_u64() {
-            Some(c) if c <= 1 << 53 => json!(c),
-            _ => json!(self.combinations.to_string()),
-        };
-        let mut partitioned = impact_json(&self.partitioned);
-        partitioned["groups"] = json!(self.groups);
-        partitioned["tenantsInFailedGroup"] = json!(self.tenants_in_failed_group);
-        json!({
-            "nodes": self.nodes,
-            "shardSize": self.shard_size,
-            "tenants": self.tenants,
-            "combinations": combinations,
-            "shared": impact_json(&self.shared),
-            "partitioned": partitioned,
-            "shuffleSharded": impact_json(&self.shuffle_sharded),
-        })
-    }
-
     /// The human table.
     pub fn table(&self) -> String {
         let (n, k) = (self.nodes, self.shard_size);
@@ -171,12 +150,68 @@ fn ratio(num: &BigUint, den: &BigUint) -> f64 {
     x
 }
 
-fn impact_json(i: &Impact) -> Value {
-    json!({
-        "fullyAffected": number(i.fully_affected),
-        "partiallyAffected": number(i.partially_affected),
-        "unaffected": number(i.unaffected),
-    })
+/// The `-o json` object, keys in the documented order (other keys come after
+/// the three numbers of `partitioned`). Whole expectations print as integers;
+/// C(N, K) prints as a string of digits once it exceeds 2^53, where JSON
+/// readers that use doubles would round it.
+impl Serialize for Calculation {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Json {
+            nodes: usize,
+            shard_size: usize,
+            tenants: u64,
+            combinations: Value,
+            shared: ImpactJson,
+            partitioned: PartitionedJson,
+            shuffle_sharded: ImpactJson,
+        }
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct PartitionedJson {
+            #[serde(flatten)]
+            impact: ImpactJson,
+            groups: usize,
+            tenants_in_failed_group: u64,
+        }
+        let combinations = match self.combinations.to_u64() {
+            Some(c) if c <= 1 << 53 => json!(c),
+            _ => json!(self.combinations.to_string()),
+        };
+        Json {
+            nodes: self.nodes,
+            shard_size: self.shard_size,
+            tenants: self.tenants,
+            combinations,
+            shared: ImpactJson::from(&self.shared),
+            partitioned: PartitionedJson {
+                impact: ImpactJson::from(&self.partitioned),
+                groups: self.groups,
+                tenants_in_failed_group: self.tenants_in_failed_group,
+            },
+            shuffle_sharded: ImpactJson::from(&self.shuffle_sharded),
+        }
+        .serialize(serializer)
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ImpactJson {
+    fully_affected: Value,
+    partially_affected: Value,
+    unaffected: Value,
+}
+
+impl From<&Impact> for ImpactJson {
+    fn from(i: &Impact) -> Self {
+        ImpactJson {
+            fully_affected: number(i.fully_affected),
+            partially_affected: number(i.partially_affected),
+            unaffected: number(i.unaffected),
+        }
+    }
 }
 
 /// A whole number as a JSON integer (799, not 799.0), anything else as it is.
@@ -209,7 +244,7 @@ fn expectation(x: f64) -> String {
 fn group_digits(digits: &str) -> String {
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
