@@ -4,7 +4,8 @@
 //! `crd → {pool_config, snapshot} → select → {plan, audit} → status →
 //! {controller, offline}`. Everything left of `controller` is pure and shared
 //! by the controller and the offline CLI. `proxy` enforces a pool config at
-//! run time and depends only on `pool_config`.
+//! run time and depends only on `pool_config`; `shard` (shuffle sharding) is
+//! pure and stands alone.
 
 #![forbid(unsafe_code)]
 
@@ -16,5 +17,6 @@ pub mod plan;
 pub mod pool_config;
 pub mod proxy;
 pub mod select;
+pub mod shard;
 pub mod snapshot;
 pub mod status;

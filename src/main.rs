@@ -7,6 +7,7 @@ use bulkhead::{
     audit::AuditConfig,
     offline::{check_report, evaluate_all, load_files, plan_report, Input, OutputFormat, EXIT_INVALID_INPUT},
     plan::{PlanConfig, DEFAULT_PROXY_IMAGE},
+    shard::Calculation,
     status::Config,
 };
 use clap::{Parser, Subcommand};
@@ -79,6 +80,39 @@ enum Command {
         #[command(flatten)]
         config: ConfigArgs,
     },
+    /// Offline: how many other tenants one failed shard affects, shared, partitioned or shuffle-sharded; exit 3 bad input.
+    ///
+    /// One tenant's shard fails (its K nodes lost). Of the other T - 1 tenants, prints how many
+    /// are fully affected (all their nodes lost), partially affected (some) and unaffected, when
+    ///
+    /// shared: every tenant is on every node;
+    ///
+    /// partitioned: floor(N / K) groups of K nodes (the N mod K other nodes unused), the tenants
+    /// spread over the groups as evenly as they go, the failed tenant in a largest group, so
+    /// ceil(T / groups) - 1 others are fully affected;
+    ///
+    /// shuffleSharded: each tenant on K of the N nodes drawn at random (exact expectations),
+    /// with combinations = C(N, K), the number of distinct shards.
+    Shard {
+        /// Nodes (N).
+        #[arg(long, value_name = "N", allow_negative_numbers = true)]
+        nodes: usize,
+        /// Nodes per tenant (K), 1 to N.
+        #[arg(long, value_name = "K", allow_negative_numbers = true)]
+        shard_size: usize,
+        /// Tenants (T), at least 1.
+        #[arg(long, value_name = "T", allow_negative_numbers = true)]
+        tenants: u64,
+        /// A table for people, or one JSON object.
+        #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
+        output: ShardOutput,
+    },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum ShardOutput {
+    Table,
+    Json,
 }
 
 /// What the planner and the layer audit cannot learn from the API.
@@ -111,7 +145,10 @@ enum LogFormat {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return parse_error(e),
+    };
     match cli.command {
         Command::Run { metrics_addr, log_format, leader_elect, lease_namespace, lease_name, config } => {
             init_tracing(log_format);
@@ -141,7 +178,41 @@ fn main() -> ExitCode {
         }
         Command::Plan { files, output, config } => plan(&files, output, &config.into()),
         Command::Check { files, output, strict, config } => check(&files, output, strict, &config.into()),
+        Command::Shard { nodes, shard_size, tenants, output } => shard(nodes, shard_size, tenants, output),
     }
+}
+
+/// clap exits 2 on a usage error; `bulkhead shard` promises 3 for bad input
+/// (clap's message names the flag), like `plan` and `check` do for bad files.
+fn parse_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    let shown = matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion);
+    if !shown && std::env::args().nth(1).as_deref() == Some("shard") {
+        let _ = e.print();
+        return ExitCode::from(EXIT_INVALID_INPUT);
+    }
+    e.exit()
+}
+
+fn shard(nodes: usize, shard_size: usize, tenants: u64, output: ShardOutput) -> ExitCode {
+    let calc = match Calculation::new(nodes, shard_size, tenants) {
+        Ok(calc) => calc,
+        Err(e) => {
+            eprintln!("error: {}: {e}", e.flag());
+            return ExitCode::from(EXIT_INVALID_INPUT);
+        }
+    };
+    match output {
+        ShardOutput::Table => print!("{}", calc.table()),
+        ShardOutput::Json => match serde_json::to_string_pretty(&calc) {
+            Ok(json) => println!("{json}"),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+    }
+    ExitCode::SUCCESS
 }
 
 fn init_tracing(format: LogFormat) {
