@@ -1,4 +1,4 @@
-//! The `bulkhead` binary: the controller and the offline tools.
+//! The `bulkhead` binary: the controller, the enforcement proxy and the offline tools.
 
 use std::{net::SocketAddr, path::PathBuf, process::ExitCode};
 
@@ -37,6 +37,19 @@ enum Command {
         lease_name: String,
         #[command(flatten)]
         audit: AuditArgs,
+    },
+    /// Enforce a pool config: a reverse proxy that admits each request to its class's pool or rejects it at once.
+    ///
+    /// An HTTP/1.1 and h2c reverse proxy in front of a service (ingress) or of a dependency
+    /// (egress): each request takes a slot of its class's floor, else of the shared surplus up
+    /// to the class's ceiling, else is rejected at once; the slot is held until the response
+    /// body ends. pools.json is followed as the kubelet updates the mounted ConfigMap.
+    Proxy {
+        #[command(flatten)]
+        args: bulkhead::proxy::ProxyArgs,
+        /// Log format.
+        #[arg(long, value_enum, default_value = "text")]
+        log_format: LogFormat,
     },
     /// Print the CustomResourceDefinition YAML.
     Crd,
@@ -103,6 +116,16 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Proxy { args, log_format } => {
+            init_tracing(log_format);
+            match proxy(args) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Crd => {
             print!("{}", bulkhead::crd::crd_yaml());
             ExitCode::SUCCESS
@@ -136,6 +159,12 @@ async fn run(
         audit,
     };
     bulkhead::controller::run(client, options).await?;
+    Ok(())
+}
+
+fn proxy(args: bulkhead::proxy::ProxyArgs) -> anyhow::Result<()> {
+    let runtime = bulkhead::proxy::runtime(args.workers).context("cannot start the async runtime")?;
+    runtime.block_on(bulkhead::proxy::run(args))?;
     Ok(())
 }
 

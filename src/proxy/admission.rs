@@ -1,0 +1,419 @@
+//! The admission core: exact counters for one pool, a Permit that gives back
+//! exactly what it took, and atomic swaps of the limits on reload.
+//!
+//! One small mutex guards all counters, so "is there room?" and "take it" are
+//! one step (no check-then-act race) and every invariant holds at every
+//! instant a reader can observe. The critical section is a hash lookup and a
+//! few integer operations, far cheaper than the proxying around it.
+
+use std::{
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
+    time::Instant,
+};
+
+use http::HeaderValue;
+use prometheus_client::metrics::histogram::Histogram;
+use rustc_hash::FxHashMap;
+
+use crate::pool_config::{PoolConfig, PoolConfigError};
+
+/// Where an admitted request's slot came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// The class's own floor: never lent to another class.
+    Floor,
+    /// The shared surplus, borrowed up to the class's ceiling.
+    Surplus,
+}
+
+impl Source {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Floor => "floor",
+            Source::Surplus => "surplus",
+        }
+    }
+}
+
+/// Why a request was not admitted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    /// The class holds as many slots as its ceiling allows.
+    Ceiling,
+    /// The class's floor is full and no shared slot is free.
+    SurplusExhausted,
+    /// No class could be named for the request and the policy is to reject.
+    Unclassified,
+}
+
+impl Reason {
+    pub const ALL: [Reason; 3] = [Reason::Ceiling, Reason::SurplusExhausted, Reason::Unclassified];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Ceiling => "ceiling",
+            Reason::SurplusExhausted => "surplus-exhausted",
+            Reason::Unclassified => "unclassified",
+        }
+    }
+}
+
+/// A refusal, with what a response needs to name the class.
+#[derive(Clone, Debug)]
+pub struct Rejection {
+    pub reason: Reason,
+    /// The class as a ready header value; None when unclassified.
+    pub class: Option<HeaderValue>,
+}
+
+/// What to do with a request no class can be named for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Unclassified {
+    Reject,
+    /// Count it against this class (which every config must then define).
+    Class(String),
+}
+
+/// Why a config cannot be applied to a pool.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error(transparent)]
+    Invalid(#[from] PoolConfigError),
+    #[error("classes[{index}].name: {name:?} cannot be sent in a response header")]
+    NameNotHeaderSafe { index: usize, name: String },
+    #[error("classes: no class {name:?}, which --unclassified names")]
+    DefaultClassMissing { name: String },
+}
+
+/// Counters and limits of one class. Slots are never removed, so a Permit's
+/// index stays valid across reloads; a class dropped by a reload is retired
+/// (limits 0, not found by name) and its in-flight permits still end here.
+#[derive(Debug)]
+struct Class {
+    name: Arc<str>,
+    header: HeaderValue,
+    active: bool,
+    reserved: u32,
+    ceiling: u32,
+    critical: bool,
+    floor_in_use: u32,
+    surplus_in_use: u32,
+    admitted: [u64; 2],
+    rejected: [u64; 2],
+    duration: Histogram,
+}
+
+impl Class {
+    fn in_use(&self) -> u64 {
+        u64::from(self.floor_in_use) + u64::from(self.surplus_in_use)
+    }
+}
+
+#[derive(Debug)]
+struct State {
+    classes: Vec<Class>,
+    /// Active classes by name; the lookup a request pays.
+    by_name: FxHashMap<Box<[u8]>, u32>,
+    /// Where unclassified requests go, if anywhere.
+    default_class: Option<u32>,
+    capacity: u32,
+    surplus: u32,
+    surplus_in_use: u32,
+    unclassified_rejected: u64,
+    generation: u64,
+    config: Arc<PoolConfig>,
+    /// Whether every change must leave the invariants intact (tests only).
+    #[cfg(test)]
+    strict: bool,
+}
+
+/// One pool of capacity split into class floors and a shared surplus.
+#[derive(Debug)]
+pub struct Pool {
+    state: Mutex<State>,
+    unclassified: Unclassified,
+    buckets: Vec<f64>,
+}
+
+/// One admitted request's slot; dropping it gives back exactly that slot.
+#[derive(Debug)]
+pub struct Permit {
+    pool: Arc<Pool>,
+    class: u32,
+    source: Source,
+    start: Instant,
+}
+
+impl Permit {
+    pub fn source(&self) -> Source {
+        self.source
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        self.pool.release(self.class, self.source, self.start);
+    }
+}
+
+/// Seconds; request durations span sub-millisecond answers to long streams.
+pub const DURATION_BUCKETS: [f64; 14] =
+    [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0];
+
+impl Pool {
+    /// A pool enforcing `config` (validated here), generation 1.
+    pub fn new(config: PoolConfig, unclassified: Unclassified) -> Result<Arc<Pool>, ApplyError> {
+        let pool = Pool {
+            state: Mutex::new(State {
+                classes: Vec::new(),
+                by_name: FxHashMap::default(),
+                default_class: None,
+                capacity: 0,
+                surplus: 0,
+                surplus_in_use: 0,
+                unclassified_rejected: 0,
+                generation: 0,
+                config: Arc::new(config.clone()),
+                #[cfg(test)]
+                strict: true,
+            }),
+            unclassified,
+            buckets: DURATION_BUCKETS.to_vec(),
+        };
+        pool.apply(config)?;
+        Ok(Arc::new(pool))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Nothing panics while holding the lock (no user code runs under it).
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Swap in a new config atomically and return its generation. In-flight
+    /// counts carry over by class name; lower limits bind new admissions only.
+    pub fn apply(&self, config: PoolConfig) -> Result<u64, ApplyError> {
+        config.validate()?;
+        let mut headers = Vec::with_capacity(config.classes.len());
+        for (index, class) in config.classes.iter().enumerate() {
+            let header = HeaderValue::from_str(&class.name)
+                .map_err(|_| ApplyError::NameNotHeaderSafe { index, name: class.name.clone() })?;
+            headers.push(header);
+        }
+        if let Unclassified::Class(name) = &self.unclassified {
+            if !config.classes.iter().any(|c| &c.name == name) {
+                return Err(ApplyError::DefaultClassMissing { name: name.clone() });
+            }
+        }
+        let mut s = self.lock();
+        for class in &mut s.classes {
+            class.active = false;
+            class.reserved = 0;
+            class.ceiling = 0;
+        }
+        s.by_name.clear();
+        for (c, header) in config.classes.iter().zip(headers) {
+            let index = match s.classes.iter().position(|k| *k.name == *c.name) {
+                Some(i) => i,
+                None => {
+                    s.classes.push(Class {
+                        name: Arc::from(c.name.as_str()),
+                        header,
+                        active: false,
+                        reserved: 0,
+                        ceiling: 0,
+                        critical: false,
+                        floor_in_use: 0,
+                        surplus_in_use: 0,
+                        admitted: [0; 2],
+                        rejected: [0; 2],
+                        duration: Histogram::new(self.buckets.iter().copied()),
+                    });
+                    s.classes.len() - 1
+                }
+            };
+            let class = &mut s.classes[index];
+            class.active = true;
+            class.reserved = c.reserved;
+            class.ceiling = c.ceiling;
+            class.critical = c.critical;
+            // Fewer than 2^32 classes: the config came from a JSON document.
+            let index = u32::try_from(index).unwrap_or(u32::MAX);
+            s.by_name.insert(c.name.as_bytes().into(), index);
+        }
+        s.default_class = match &self.unclassified {
+            Unclassified::Reject => None,
+            Unclassified::Class(name) => s.by_name.get(name.as_bytes()).copied(),
+        };
+        s.capacity = config.capacity;
+        s.surplus = config.shared_surplus;
+        s.generation += 1;
+        s.config = Arc::new(config);
+        #[cfg(test)]
+        {
+            s.strict = s.violation().is_none();
+        }
+        Ok(s.generation)
+    }
+
+    /// Admit a request of the named class (None: unclassified) or refuse it
+    /// at once: the floor first, then the surplus up to the ceiling.
+    pub fn admit(self: &Arc<Self>, class: Option<&[u8]>) -> Result<Permit, Rejection> {
+        let mut guard = self.lock();
+        let s = &mut *guard;
+        let found = class.and_then(|name| s.by_name.get(name)).copied().or(s.default_class);
+        let Some(index) = found else {
+            s.unclassified_rejected += 1;
+            return Err(Rejection { reason: Reason::Unclassified, class: None });
+        };
+        let c = &mut s.classes[index as usize];
+        let source = if c.floor_in_use < c.reserved {
+            c.floor_in_use += 1;
+            Source::Floor
+        } else if c.in_use() >= u64::from(c.ceiling) {
+            c.rejected[0] += 1;
+            return Err(Rejection { reason: Reason::Ceiling, class: Some(c.header.clone()) });
+        } else if s.surplus_in_use >= s.surplus {
+            c.rejected[1] += 1;
+            return Err(Rejection { reason: Reason::SurplusExhausted, class: Some(c.header.clone()) });
+        } else {
+            c.surplus_in_use += 1;
+            s.surplus_in_use += 1;
+            Source::Surplus
+        };
+        c.admitted[source as usize] += 1;
+        #[cfg(test)]
+        s.check();
+        drop(guard);
+        Ok(Permit { pool: Arc::clone(self), class: index, source, start: Instant::now() })
+    }
+
+    fn release(&self, class: u32, source: Source, start: Instant) {
+        let took = start.elapsed().as_secs_f64();
+        let mut guard = self.lock();
+        let s = &mut *guard;
+        let Some(c) = s.classes.get_mut(class as usize) else { return };
+        match source {
+            Source::Floor => c.floor_in_use = c.floor_in_use.saturating_sub(1),
+            Source::Surplus => {
+                c.surplus_in_use = c.surplus_in_use.saturating_sub(1);
+                s.surplus_in_use = s.surplus_in_use.saturating_sub(1);
+            }
+        }
+        c.duration.observe(took);
+        #[cfg(test)]
+        s.check();
+    }
+
+    /// The generation of the config in force (1 at start, +1 per applied reload).
+    pub fn generation(&self) -> u64 {
+        self.lock().generation
+    }
+
+    /// The config in force.
+    pub fn config(&self) -> Arc<PoolConfig> {
+        Arc::clone(&self.lock().config)
+    }
+
+    /// A consistent copy of every counter, for metrics and tests.
+    pub fn snapshot(&self) -> PoolSnapshot {
+        let s = self.lock();
+        PoolSnapshot {
+            generation: s.generation,
+            capacity: s.capacity,
+            surplus: s.surplus,
+            surplus_in_use: s.surplus_in_use,
+            unclassified_rejected: s.unclassified_rejected,
+            classes: s
+                .classes
+                .iter()
+                .map(|c| ClassSnapshot {
+                    name: Arc::clone(&c.name),
+                    active: c.active,
+                    critical: c.critical,
+                    reserved: c.reserved,
+                    ceiling: c.ceiling,
+                    floor_in_use: c.floor_in_use,
+                    surplus_in_use: c.surplus_in_use,
+                    admitted_floor: c.admitted[0],
+                    admitted_surplus: c.admitted[1],
+                    rejected_ceiling: c.rejected[0],
+                    rejected_surplus_exhausted: c.rejected[1],
+                    duration: c.duration.clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+impl State {
+    /// Assert the invariants, recomputed from scratch, after every change;
+    /// except after a reload lowered a limit under in-flight work (which
+    /// carries over by design), until the pool is back within its limits.
+    fn check(&mut self) {
+        match (self.violation(), self.strict) {
+            (Some(v), true) => panic!("{v}"),
+            (None, false) => self.strict = true,
+            _ => {}
+        }
+    }
+
+    fn violation(&self) -> Option<String> {
+        let mut in_use = 0u64;
+        let mut borrowed = 0u64;
+        for c in &self.classes {
+            if c.floor_in_use > c.reserved {
+                return Some(format!("{}: floor {} > reserved {}", c.name, c.floor_in_use, c.reserved));
+            }
+            if c.in_use() > u64::from(c.ceiling) {
+                return Some(format!("{}: {} in use > ceiling {}", c.name, c.in_use(), c.ceiling));
+            }
+            in_use += c.in_use();
+            borrowed += u64::from(c.surplus_in_use);
+        }
+        if borrowed != u64::from(self.surplus_in_use) {
+            return Some(format!("surplus total drifted: {borrowed} != {}", self.surplus_in_use));
+        }
+        if borrowed > u64::from(self.surplus) {
+            return Some(format!("borrowed {borrowed} > surplus {}", self.surplus));
+        }
+        (in_use > u64::from(self.capacity)).then(|| format!("in use {in_use} > capacity {}", self.capacity))
+    }
+}
+
+/// Counters of a pool at one instant.
+#[derive(Clone, Debug)]
+pub struct PoolSnapshot {
+    pub generation: u64,
+    pub capacity: u32,
+    pub surplus: u32,
+    pub surplus_in_use: u32,
+    pub unclassified_rejected: u64,
+    pub classes: Vec<ClassSnapshot>,
+}
+
+#[derive(Clone, Debug)]
+pub struct ClassSnapshot {
+    pub name: Arc<str>,
+    /// False once a reload removed the class (its in-flight permits still count here).
+    pub active: bool,
+    pub critical: bool,
+    pub reserved: u32,
+    pub ceiling: u32,
+    pub floor_in_use: u32,
+    pub surplus_in_use: u32,
+    pub admitted_floor: u64,
+    pub admitted_surplus: u64,
+    pub rejected_ceiling: u64,
+    pub rejected_surplus_exhausted: u64,
+    pub duration: Histogram,
+}
+
+impl PoolSnapshot {
+    pub fn class(&self, name: &str) -> Option<&ClassSnapshot> {
+        self.classes.iter().find(|c| &*c.name == name)
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

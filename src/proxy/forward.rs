@@ -1,0 +1,299 @@
+//! The upstream side: a pooled keep-alive client, requests forwarded without
+//! hop-by-hop headers, bodies streamed both ways, upgrades spliced, and a 502
+//! naming the failure when the upstream cannot answer.
+
+use std::{
+    convert::Infallible,
+    future::Future,
+    pin::Pin,
+    str::FromStr,
+    task::{ready, Context, Poll},
+    time::Duration,
+};
+
+use bytes::Bytes;
+use http::{
+    header, uri::Authority, uri::PathAndQuery, uri::Scheme, HeaderMap, HeaderName, HeaderValue, Request, Response,
+    StatusCode, Uri, Version,
+};
+use http_body_util::{Either, Empty};
+use hyper::body::Incoming;
+use hyper_util::{
+    client::legacy::{connect::HttpConnector, Client, ResponseFuture},
+    rt::{TokioExecutor, TokioIo},
+};
+use tokio::sync::watch;
+
+use super::{layer::HoldPermit, reject::REASON_HEADER};
+
+/// The body the proxy answers with: the upstream's, or empty (502).
+pub type ProxyBody = Either<Incoming, Empty<Bytes>>;
+
+/// How the proxy speaks to an upstream.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum UpstreamProtocol {
+    #[default]
+    Http1,
+    /// HTTP/2 without TLS (prior knowledge), as gRPC upstreams need.
+    H2c,
+}
+
+/// An upstream base address, `http://HOST:PORT`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Upstream {
+    scheme: Scheme,
+    authority: Authority,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("upstream {value:?}: {why} (expected http://HOST:PORT)")]
+pub struct UpstreamError {
+    value: String,
+    why: &'static str,
+}
+
+impl FromStr for Upstream {
+    type Err = UpstreamError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let err = |why| UpstreamError { value: s.to_owned(), why };
+        let uri: Uri = s.parse().map_err(|_| err("not a URL"))?;
+        if uri.scheme() != Some(&Scheme::HTTP) {
+            return Err(err("only http:// is supported"));
+        }
+        if uri.path_and_query().is_some_and(|p| p.as_str() != "/") {
+            return Err(err("a path is not supported"));
+        }
+        let authority = uri.authority().cloned().ok_or_else(|| err("no host"))?;
+        Ok(Upstream { scheme: Scheme::HTTP, authority })
+    }
+}
+
+impl std::fmt::Display for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}://{}", self.scheme, self.authority)
+    }
+}
+
+/// Forwards requests to one upstream.
+#[derive(Clone, Debug)]
+pub struct Forward {
+    client: Client<HttpConnector, Incoming>,
+    upstream: Upstream,
+    protocol: UpstreamProtocol,
+    /// Held by each spliced upgrade, so a drain waits for those too.
+    drain: watch::Receiver<()>,
+}
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl Forward {
+    pub fn new(upstream: Upstream, protocol: UpstreamProtocol, drain: watch::Receiver<()>) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
+        let mut builder = Client::builder(TokioExecutor::new());
+        builder.pool_idle_timeout(Duration::from_secs(90));
+        if protocol == UpstreamProtocol::H2c {
+            builder.http2_only(true);
+        }
+        Self { client: builder.build(connector), upstream, protocol, drain }
+    }
+
+    /// Send `req` upstream; `peer` is the client's address for x-forwarded-for.
+    pub fn call(&self, mut req: Request<Incoming>, peer: &HeaderValue) -> ForwardFuture {
+        let upgrade = is_upgrade(req.headers()) && self.protocol == UpstreamProtocol::Http1;
+        let inbound = upgrade.then(|| hyper::upgrade::on(&mut req));
+        let original_authority = req.uri().authority().cloned();
+        let (mut parts, body) = req.into_parts();
+        let mut uri = std::mem::take(&mut parts.uri).into_parts();
+        uri.scheme = Some(self.upstream.scheme.clone());
+        uri.authority = Some(self.upstream.authority.clone());
+        if uri.path_and_query.is_none() {
+            uri.path_and_query = Some(PathAndQuery::from_static("/"));
+        }
+        parts.uri = match Uri::from_parts(uri) {
+            Ok(uri) => uri,
+            Err(_) => return ForwardFuture::ready(answer(StatusCode::BAD_REQUEST, "bad-request-target")),
+        };
+        parts.version = match self.protocol {
+            UpstreamProtocol::Http1 => Version::HTTP_11,
+            UpstreamProtocol::H2c => Version::HTTP_2,
+        };
+        strip_hop_by_hop(&mut parts.headers, upgrade);
+        if !parts.headers.contains_key(header::HOST) {
+            // An HTTP/2 client names the host in :authority; keep it for the upstream.
+            if let Some(Ok(host)) = original_authority.map(|a| HeaderValue::from_str(a.as_str())) {
+                parts.headers.insert(header::HOST, host);
+            }
+        }
+        append_forwarded_for(&mut parts.headers, peer);
+        let inner = self.client.request(Request::from_parts(parts, body));
+        ForwardFuture { state: State::Waiting { inner, inbound, drain: self.drain.clone() } }
+    }
+}
+
+/// The forwarded request's answer; never fails (failures become a 502).
+pub struct ForwardFuture {
+    state: State,
+}
+
+enum State {
+    Waiting { inner: ResponseFuture, inbound: Option<hyper::upgrade::OnUpgrade>, drain: watch::Receiver<()> },
+    Ready(Option<Response<ProxyBody>>),
+}
+
+impl ForwardFuture {
+    fn ready(res: Response<ProxyBody>) -> Self {
+        ForwardFuture { state: State::Ready(Some(res)) }
+    }
+}
+
+impl Future for ForwardFuture {
+    type Output = Result<Response<ProxyBody>, Infallible>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // Every field is Unpin (the client's future is boxed).
+        let (inner, inbound, drain) = match &mut self.state {
+            State::Ready(res) => return Poll::Ready(Ok(res.take().unwrap_or_else(|| answer(StatusCode::BAD_GATEWAY, "upstream")))),
+            State::Waiting { inner, inbound, drain } => (inner, inbound, drain),
+        };
+        let mut res = match ready!(Pin::new(inner).poll(cx)) {
+            Ok(res) => res,
+            Err(e) => {
+                let reason = if e.is_connect() { "upstream-connect" } else { "upstream" };
+                tracing::debug!(error = %e, "upstream failed");
+                return Poll::Ready(Ok(answer(StatusCode::BAD_GATEWAY, reason)));
+            }
+        };
+        // The client's connection has its own version; an HTTP/1.0 upstream must not downgrade it.
+        *res.version_mut() = Version::HTTP_11;
+        let upgraded = res.status() == StatusCode::SWITCHING_PROTOCOLS;
+        match inbound.take() {
+            Some(inbound) if upgraded => splice(inbound, &mut res, drain.clone()),
+            _ => strip_hop_by_hop(res.headers_mut(), false),
+        }
+        Poll::Ready(Ok(res.map(Either::Left)))
+    }
+}
+
+/// Join the client's and the upstream's upgraded connections, holding the
+/// request's permit (sent through [`HoldPermit`]) until either side closes.
+fn splice(inbound: hyper::upgrade::OnUpgrade, res: &mut Response<Incoming>, drain: watch::Receiver<()>) {
+    let outbound = hyper::upgrade::on(&mut *res);
+    let (holder, rx) = HoldPermit::new();
+    res.extensions_mut().insert(holder);
+    tokio::spawn(async move {
+        let permit = rx.await.ok();
+        if let (Ok(client), Ok(upstream)) = (inbound.await, outbound.await) {
+            let result =
+                tokio::io::copy_bidirectional(&mut TokioIo::new(client), &mut TokioIo::new(upstream)).await;
+            tracing::debug!(?result, "upgraded connection closed");
+        }
+        drop((permit, drain));
+    });
+}
+
+/// A response the proxy makes itself, naming why.
+fn answer(status: StatusCode, reason: &'static str) -> Response<ProxyBody> {
+    let mut res = Response::new(Either::Right(Empty::new()));
+    *res.status_mut() = status;
+    res.headers_mut().insert(REASON_HEADER, HeaderValue::from_static(reason));
+    res
+}
+
+fn is_upgrade(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::UPGRADE) && connection_tokens(headers).any(|t| t.eq_ignore_ascii_case("upgrade"))
+}
+
+fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = &str> {
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+}
+
+const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+
+/// Remove what concerns one connection only (RFC 9110 7.6.1); keep the
+/// Upgrade handshake when splicing, and `te: trailers`, which gRPC needs.
+fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
+    if headers.contains_key(header::CONNECTION) {
+        let named: Vec<HeaderName> = connection_tokens(headers)
+            .filter(|t| !t.eq_ignore_ascii_case("upgrade") && !t.eq_ignore_ascii_case("close"))
+            .filter(|t| !t.eq_ignore_ascii_case("keep-alive"))
+            .filter_map(|t| HeaderName::from_str(t).ok())
+            .collect();
+        for name in named {
+            headers.remove(name);
+        }
+        if !upgrade {
+            headers.remove(header::CONNECTION);
+        }
+    }
+    if !upgrade {
+        headers.remove(header::UPGRADE);
+    }
+    headers.remove(KEEP_ALIVE);
+    headers.remove(PROXY_CONNECTION);
+    headers.remove(header::TRANSFER_ENCODING);
+    headers.remove(header::PROXY_AUTHORIZATION);
+    if headers.get(header::TE).is_some_and(|v| v != "trailers") {
+        headers.remove(header::TE);
+    }
+}
+
+const FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+
+fn append_forwarded_for(headers: &mut HeaderMap, peer: &HeaderValue) {
+    match headers.get(&FORWARDED_FOR).map(|v| [v.as_bytes(), b", ", peer.as_bytes()].concat()) {
+        Some(joined) => {
+            if let Ok(v) = HeaderValue::from_bytes(&joined) {
+                headers.insert(FORWARDED_FOR, v);
+            }
+        }
+        None => {
+            headers.insert(FORWARDED_FOR, peer.clone());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upstream_urls() {
+        let u: Upstream = "http://127.0.0.1:8080".parse().expect("url");
+        assert_eq!(u.to_string(), "http://127.0.0.1:8080");
+        assert!("https://x:1".parse::<Upstream>().is_err());
+        assert!("http://x:1/api".parse::<Upstream>().is_err());
+        assert!("x:1".parse::<Upstream>().is_err());
+    }
+
+    #[test]
+    fn hop_by_hop_headers_go_and_end_to_end_ones_stay() {
+        let mut h = HeaderMap::new();
+        for (k, v) in [
+            ("connection", "keep-alive, x-private"),
+            ("x-private", "1"),
+            ("keep-alive", "timeout=5"),
+            ("transfer-encoding", "chunked"),
+            ("te", "trailers"),
+            ("upgrade", "websocket"),
+            ("x-class", "search"),
+        ] {
+            h.insert(HeaderName::from_static(k), HeaderValue::from_static(v));
+        }
+        strip_hop_by_hop(&mut h, false);
+        let mut left: Vec<_> = h.keys().map(|k| k.as_str()).collect();
+        left.sort_unstable();
+        assert_eq!(left, ["te", "x-class"]);
+        append_forwarded_for(&mut h, &HeaderValue::from_static("10.0.0.1"));
+        append_forwarded_for(&mut h, &HeaderValue::from_static("127.0.0.1"));
+        assert_eq!(h["x-forwarded-for"], "10.0.0.1, 127.0.0.1");
+    }
+}

@@ -1,0 +1,338 @@
+//! The admission core as a tower Layer, for services that enforce the pools
+//! in process, and the pieces the proxy shares with it: the [`Gate`] that
+//! classifies and admits, the response future, and the body that holds the
+//! permit until the response body ends.
+
+use std::{
+    borrow::Cow,
+    future::Future,
+    pin::Pin,
+    sync::{Arc, Mutex, PoisonError},
+    task::{ready, Context, Poll},
+};
+
+use http::{Request, Response, StatusCode};
+use http_body::{Body, Frame, SizeHint};
+use pin_project_lite::pin_project;
+use tokio::sync::oneshot;
+
+use super::{
+    admission::{Permit, Pool},
+    reject::Rejector,
+};
+
+/// Names the class of a request; None means unclassified.
+pub trait Classify<B>: Send + Sync + 'static {
+    fn classify<'r>(&'r self, req: &'r Request<B>) -> Option<Cow<'r, str>>;
+}
+
+/// Any `Fn(&Request<B>) -> Option<String>` classifies.
+impl<B, F> Classify<B> for F
+where
+    F: Fn(&Request<B>) -> Option<String> + Send + Sync + 'static,
+{
+    fn classify<'r>(&'r self, req: &'r Request<B>) -> Option<Cow<'r, str>> {
+        self(req).map(Cow::Owned)
+    }
+}
+
+/// Classify, admit or refuse: what both the Layer and the proxy do first.
+#[derive(Debug)]
+pub struct Gate<C> {
+    pub pool: Arc<Pool>,
+    pub classify: C,
+    pub rejector: Rejector,
+}
+
+impl<C> Gate<C> {
+    pub fn new(pool: Arc<Pool>, classify: C, rejector: Rejector) -> Self {
+        Self { pool, classify, rejector }
+    }
+
+    /// A permit, or the rejection response to send at once.
+    pub fn admit<B>(&self, req: &Request<B>) -> Result<Permit, Response<()>>
+    where
+        C: Classify<B>,
+    {
+        let class = self.classify.classify(req);
+        self.pool
+            .admit(class.as_deref().map(str::as_bytes))
+            .map_err(|rejection| self.rejector.response(req, &rejection))
+    }
+}
+
+/// Put in a response's extensions by a service whose work goes on after the
+/// response ends (an upgraded connection): the permit is sent there instead
+/// of into the body, and is held until the receiver drops it.
+#[derive(Clone, Debug)]
+pub struct HoldPermit(Arc<Mutex<Option<oneshot::Sender<Permit>>>>);
+
+impl HoldPermit {
+    /// The extension, and where the permit will arrive.
+    pub fn new() -> (Self, oneshot::Receiver<Permit>) {
+        let (tx, rx) = oneshot::channel();
+        (HoldPermit(Arc::new(Mutex::new(Some(tx)))), rx)
+    }
+
+    /// Hand the permit over; it comes back if nobody is there to hold it.
+    fn hold(&self, permit: Permit) -> Option<Permit> {
+        let sender = self.0.lock().unwrap_or_else(PoisonError::into_inner).take();
+        match sender {
+            Some(tx) => tx.send(permit).err(),
+            None => Some(permit),
+        }
+    }
+}
+
+pin_project! {
+    /// A response body that gives back its permit when it ends, fails, or is
+    /// dropped (the client went away). A rejection's body is empty.
+    #[derive(Debug)]
+    pub struct PermitBody<B> {
+        #[pin]
+        inner: Option<B>,
+        permit: Option<Permit>,
+    }
+}
+
+impl<B> PermitBody<B> {
+    pub fn new(inner: B, permit: Option<Permit>) -> Self {
+        Self { inner: Some(inner), permit }
+    }
+
+    pub fn empty() -> Self {
+        Self { inner: None, permit: None }
+    }
+}
+
+impl<B: Body> Body for PermitBody<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
+        let this = self.project();
+        let Some(inner) = this.inner.as_pin_mut() else { return Poll::Ready(None) };
+        let frame = ready!(inner.poll_frame(cx));
+        if !matches!(frame, Some(Ok(_))) {
+            // The body ended (or broke): the slot is free from now on.
+            *this.permit = None;
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.as_ref().is_none_or(Body::is_end_stream)
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.as_ref().map_or(SizeHint::with_exact(0), Body::size_hint)
+    }
+}
+
+pin_project! {
+    /// The response future: the inner service's, with the permit riding along
+    /// into the body, or a rejection ready at once.
+    #[project = ResponseProj]
+    pub enum ResponseFuture<F> {
+        Admitted { #[pin] inner: F, permit: Option<Permit> },
+        Rejected { response: Option<Response<()>> },
+    }
+}
+
+impl<F> ResponseFuture<F> {
+    pub fn admitted(inner: F, permit: Permit) -> Self {
+        ResponseFuture::Admitted { inner, permit: Some(permit) }
+    }
+
+    pub fn rejected(response: Response<()>) -> Self {
+        ResponseFuture::Rejected { response: Some(response) }
+    }
+}
+
+impl<F, B, E> Future for ResponseFuture<F>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+{
+    type Output = Result<Response<PermitBody<B>>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project() {
+            ResponseProj::Admitted { inner, permit } => {
+                let mut res = ready!(inner.poll(cx))?;
+                let mut permit = permit.take();
+                if res.status() == StatusCode::SWITCHING_PROTOCOLS {
+                    if let Some(holder) = res.extensions_mut().remove::<HoldPermit>() {
+                        // If the holder is gone already, the permit comes back and ends with the body.
+                        permit = permit.and_then(|p| holder.hold(p));
+                    }
+                }
+                Poll::Ready(Ok(res.map(|body| PermitBody::new(body, permit))))
+            }
+            ResponseProj::Rejected { response } => {
+                let res = response.take().unwrap_or_else(|| Response::new(()));
+                Poll::Ready(Ok(res.map(|()| PermitBody::empty())))
+            }
+        }
+    }
+}
+
+/// Wraps a service so each request is admitted against the pool (or refused
+/// at once) and holds its slot until its response body ends.
+///
+/// ```
+/// use std::{convert::Infallible, sync::Arc};
+/// use bulkhead::proxy::{AdmissionLayer, Pool, Unclassified};
+/// use tower::{Layer, Service};
+///
+/// # fn config() -> bulkhead::pool_config::PoolConfig {
+/// #     serde_json::from_str(r#"{"version":1,"bulkhead":"b","resource":"r","scope":"Instance","dividedBy":1,
+/// #       "capacity":2,"sharedSurplus":1,"onCeiling":"reject",
+/// #       "classes":[{"name":"checkout","reserved":1,"ceiling":2,"critical":false}]}"#).unwrap()
+/// # }
+/// let pool = Pool::new(config(), Unclassified::Reject).expect("a valid config");
+/// let layer = AdmissionLayer::new(pool, |req: &http::Request<String>| {
+///     req.headers().get("x-class").and_then(|v| v.to_str().ok()).map(str::to_owned)
+/// });
+/// let _service = layer.layer(tower::service_fn(|_req: http::Request<String>| async {
+///     Ok::<_, Infallible>(http::Response::new(http_body_util::Full::new(bytes::Bytes::from("ok"))))
+/// }));
+/// ```
+#[derive(Debug)]
+pub struct AdmissionLayer<C> {
+    gate: Arc<Gate<C>>,
+}
+
+impl<C> Clone for AdmissionLayer<C> {
+    fn clone(&self) -> Self {
+        Self { gate: Arc::clone(&self.gate) }
+    }
+}
+
+impl<C> AdmissionLayer<C> {
+    /// Rejections say `Retry-After: 1`; see [`AdmissionLayer::with_rejector`].
+    pub fn new(pool: Arc<Pool>, classify: C) -> Self {
+        Self::with_rejector(pool, classify, Rejector::default())
+    }
+
+    pub fn with_rejector(pool: Arc<Pool>, classify: C, rejector: Rejector) -> Self {
+        Self { gate: Arc::new(Gate::new(pool, classify, rejector)) }
+    }
+}
+
+impl<S, C> tower::Layer<S> for AdmissionLayer<C> {
+    type Service = Admission<S, C>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Admission { inner, gate: Arc::clone(&self.gate) }
+    }
+}
+
+/// The service [`AdmissionLayer`] makes.
+#[derive(Debug)]
+pub struct Admission<S, C> {
+    inner: S,
+    gate: Arc<Gate<C>>,
+}
+
+impl<S: Clone, C> Clone for Admission<S, C> {
+    fn clone(&self) -> Self {
+        Self { inner: self.inner.clone(), gate: Arc::clone(&self.gate) }
+    }
+}
+
+impl<S, C, B, ResBody> tower::Service<Request<B>> for Admission<S, C>
+where
+    S: tower::Service<Request<B>, Response = Response<ResBody>>,
+    C: Classify<B>,
+{
+    type Response = Response<PermitBody<ResBody>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        match self.gate.admit(&req) {
+            Ok(permit) => ResponseFuture::admitted(self.inner.call(req), permit),
+            Err(rejection) => ResponseFuture::rejected(rejection),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{convert::Infallible, sync::Mutex};
+
+    use bytes::Bytes;
+    use futures::channel::mpsc;
+    use http_body_util::{BodyExt, StreamBody};
+    use tower::{Layer, Service, ServiceExt};
+
+    use super::*;
+    use crate::proxy::admission::{tests::example, Unclassified};
+
+    type Chunks = mpsc::UnboundedSender<Result<Frame<Bytes>, Infallible>>;
+
+    fn class_header(req: &Request<()>) -> Option<String> {
+        req.headers().get("x-class").and_then(|v| v.to_str().ok()).map(str::to_owned)
+    }
+
+    fn request(class: &str) -> Request<()> {
+        Request::builder().header("x-class", class).body(()).expect("request")
+    }
+
+    fn in_use(pool: &Pool, class: &str) -> u32 {
+        pool.snapshot().class(class).map_or(0, |c| c.floor_in_use + c.surplus_in_use)
+    }
+
+    #[tokio::test]
+    async fn the_slot_is_held_until_the_body_ends_or_is_dropped() {
+        let mut config = example();
+        config.classes[2].ceiling = 11;
+        let pool = Pool::new(config, Unclassified::Reject).expect("valid");
+        // The upstream streams each body through a channel the test ends.
+        let senders: Arc<Mutex<Vec<Chunks>>> = Arc::default();
+        let upstream = {
+            let senders = Arc::clone(&senders);
+            tower::service_fn(move |_req: Request<()>| {
+                let (tx, rx) = mpsc::unbounded();
+                senders.lock().expect("test lock").push(tx);
+                async move { Ok::<_, Infallible>(Response::new(StreamBody::new(rx))) }
+            })
+        };
+        let mut svc = AdmissionLayer::new(Arc::clone(&pool), class_header).layer(upstream);
+        let mut responses = Vec::new();
+        for _ in 0..11 {
+            let res = svc.ready().await.expect("ready").call(request("reports")).await.expect("response");
+            assert_eq!(res.status(), 200);
+            responses.push(res);
+        }
+        assert_eq!(in_use(&pool, "reports"), 11, "the response heads are out, the slots still held");
+        let refused = svc.ready().await.expect("ready").call(request("reports")).await.expect("response");
+        assert_eq!(refused.status(), 503);
+        assert_eq!(refused.headers()["x-bulkhead-reason"], "ceiling");
+        assert!(refused.into_body().is_end_stream());
+
+        // A chunk goes through; the slot stays until the stream ends.
+        let first = senders.lock().expect("test lock").remove(0);
+        first.unbounded_send(Ok(Frame::data(Bytes::from_static(b"hello")))).expect("open");
+        let mut body = responses.remove(0).into_body();
+        let chunk = body.frame().await.expect("a frame").expect("no error");
+        assert_eq!(chunk.into_data().ok(), Some(Bytes::from_static(b"hello")));
+        assert_eq!(in_use(&pool, "reports"), 11);
+        drop(first);
+        assert!(body.frame().await.is_none());
+        assert_eq!(in_use(&pool, "reports"), 10, "released at the end of the body, before it is dropped");
+        drop(body);
+
+        // A client that goes away drops the body: released too.
+        drop(responses.pop());
+        assert_eq!(in_use(&pool, "reports"), 9);
+        drop(responses);
+        assert_eq!(in_use(&pool, "reports"), 0);
+        let unclassified = svc.ready().await.expect("ready").call(Request::new(())).await.expect("response");
+        assert_eq!(unclassified.headers()["x-bulkhead-reason"], "unclassified");
+    }
+}

@@ -1,0 +1,171 @@
+//! Prometheus metrics, prefix `bulkhead_proxy_`. The per-class numbers are
+//! read from the pool's own counters at scrape time, so a request pays no
+//! metric update beyond the integers it changes under the admission lock
+//! (and one histogram observation when its slot is given back).
+
+use std::sync::Arc;
+
+use prometheus_client::{
+    collector::Collector,
+    encoding::{text::encode, DescriptorEncoder, EncodeLabelSet, EncodeMetric},
+    metrics::{
+        counter::{ConstCounter, Counter},
+        family::Family,
+        gauge::{ConstGauge, Gauge},
+        MetricType,
+    },
+    registry::{Registry, Unit},
+};
+
+use super::admission::Pool;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UpstreamLabels {
+    pub reason: &'static str,
+}
+
+/// The proxy's registry: the pool's counters plus reload bookkeeping.
+#[derive(Debug)]
+pub struct ProxyMetrics {
+    registry: Registry,
+    pub reloads: Family<ResultLabels, Counter>,
+    /// Unix seconds of the last config applied (at start or by a reload).
+    pub last_good_reload: Gauge<f64, std::sync::atomic::AtomicU64>,
+}
+
+impl ProxyMetrics {
+    pub fn new(pool: Arc<Pool>) -> Self {
+        let mut registry = Registry::with_prefix("bulkhead_proxy");
+        let reloads = Family::<ResultLabels, Counter>::default();
+        let last_good_reload = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register("reloads", "Config reloads by result (applied, invalid, unreadable)", reloads.clone());
+        registry.register_with_unit(
+            "last_good_reload_timestamp",
+            "When the config in force was applied (unix time)",
+            Unit::Seconds,
+            last_good_reload.clone(),
+        );
+        registry.register_collector(Box::new(PoolCollector(pool)));
+        Self { registry, reloads, last_good_reload }
+    }
+
+    pub fn reload(&self, result: &'static str) {
+        self.reloads.get_or_create(&ResultLabels { result }).inc();
+    }
+
+    pub fn applied_now(&self) {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        self.last_good_reload.set(now.as_secs_f64());
+    }
+
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Encoding into a String cannot fail.
+        let _ = encode(&mut out, &self.registry);
+        out
+    }
+}
+
+/// Encodes a pool's counters, limits and durations; register it in any
+/// registry (the in-process Layer's users can too).
+#[derive(Debug)]
+pub struct PoolCollector(pub Arc<Pool>);
+
+impl Collector for PoolCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let s = self.0.snapshot();
+        let class_pool = |class: &str, pool: &'static str| [("class", class.to_owned()), ("pool", pool.to_owned())];
+        let counter = ConstCounter::new(0u64).metric_type();
+        let gauge = ConstGauge::new(0i64).metric_type();
+
+        let mut m = encoder.encode_descriptor("admitted", "Requests admitted, by class and pool (floor, surplus)", None, counter)?;
+        for c in &s.classes {
+            ConstCounter::new(c.admitted_floor).encode(m.encode_family(&class_pool(&c.name, "floor"))?)?;
+            ConstCounter::new(c.admitted_surplus).encode(m.encode_family(&class_pool(&c.name, "surplus"))?)?;
+        }
+        let mut m = encoder.encode_descriptor("rejected", "Requests rejected, by class and reason", None, counter)?;
+        let class_reason = |class: &str, reason: &'static str| [("class", class.to_owned()), ("reason", reason.to_owned())];
+        for c in &s.classes {
+            ConstCounter::new(c.rejected_ceiling).encode(m.encode_family(&class_reason(&c.name, "ceiling"))?)?;
+            let family = class_reason(&c.name, "surplus-exhausted");
+            ConstCounter::new(c.rejected_surplus_exhausted).encode(m.encode_family(&family)?)?;
+        }
+        // No class: the label is empty, which Prometheus reads as absent.
+        ConstCounter::new(s.unclassified_rejected).encode(m.encode_family(&class_reason("", "unclassified"))?)?;
+
+        let mut m = encoder.encode_descriptor("in_flight", "Requests holding a slot, by class and pool", None, gauge)?;
+        for c in &s.classes {
+            ConstGauge::new(i64::from(c.floor_in_use)).encode(m.encode_family(&class_pool(&c.name, "floor"))?)?;
+            ConstGauge::new(i64::from(c.surplus_in_use)).encode(m.encode_family(&class_pool(&c.name, "surplus"))?)?;
+        }
+        let active = || s.classes.iter().filter(|c| c.active);
+        let mut m = encoder.encode_descriptor("class_reserved", "Floor of each class in force", None, gauge)?;
+        for c in active() {
+            ConstGauge::new(i64::from(c.reserved)).encode(m.encode_family(&[("class", &*c.name)])?)?;
+        }
+        let mut m = encoder.encode_descriptor("class_ceiling", "Ceiling of each class in force", None, gauge)?;
+        for c in active() {
+            ConstGauge::new(i64::from(c.ceiling)).encode(m.encode_family(&[("class", &*c.name)])?)?;
+        }
+        let m = encoder.encode_descriptor("capacity", "Units this replica may hand out in all", None, gauge)?;
+        ConstGauge::new(i64::from(s.capacity)).encode(m)?;
+        let m = encoder.encode_descriptor("shared_surplus", "Units any class may borrow", None, gauge)?;
+        ConstGauge::new(i64::from(s.surplus)).encode(m)?;
+        let m = encoder.encode_descriptor("shared_surplus_in_use", "Units borrowed now", None, gauge)?;
+        ConstGauge::new(i64::from(s.surplus_in_use)).encode(m)?;
+        let m = encoder.encode_descriptor(
+            "config_generation",
+            "Configs applied since start (1 = the one read at start)",
+            None,
+            gauge,
+        )?;
+        ConstGauge::new(i64::try_from(s.generation).unwrap_or(i64::MAX)).encode(m)?;
+
+        let mut m = encoder.encode_descriptor(
+            "request_duration",
+            "Time from admission until the response body ended, by class",
+            Some(&Unit::Seconds),
+            MetricType::Histogram,
+        )?;
+        for c in &s.classes {
+            c.duration.encode(m.encode_family(&[("class", &*c.name)])?)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proxy::admission::{tests::example, Unclassified};
+
+    #[test]
+    fn the_exposition_names_every_series() {
+        let pool = Pool::new(example(), Unclassified::Reject).expect("valid");
+        let m = ProxyMetrics::new(Arc::clone(&pool));
+        let held: Vec<_> = (0..41).map(|_| pool.admit(Some(b"checkout")).expect("room")).collect();
+        let _ = pool.admit(None);
+        drop(held);
+        m.reload("invalid");
+        let text = m.encode();
+        for line in [
+            r#"bulkhead_proxy_admitted_total{class="checkout",pool="floor"} 40"#,
+            r#"bulkhead_proxy_admitted_total{class="checkout",pool="surplus"} 1"#,
+            r#"bulkhead_proxy_rejected_total{class="",reason="unclassified"} 1"#,
+            r#"bulkhead_proxy_in_flight{class="checkout",pool="floor"} 0"#,
+            r#"bulkhead_proxy_class_ceiling{class="checkout"} 155"#,
+            r#"bulkhead_proxy_class_reserved{class="control-plane"} 5"#,
+            r#"bulkhead_proxy_config_generation 1"#,
+            r#"bulkhead_proxy_request_duration_seconds_count{class="checkout"} 41"#,
+            r#"bulkhead_proxy_reloads_total{result="invalid"} 1"#,
+            "# TYPE bulkhead_proxy_last_good_reload_timestamp_seconds gauge",
+        ] {
+            assert!(text.contains(line), "{line} missing from\n{text}");
+        }
+    }
+}

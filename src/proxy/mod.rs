@@ -1,0 +1,177 @@
+//! `bulkhead proxy`: the enforcement sidecar. An HTTP/1.1 and h2c reverse
+//! proxy that admits each request against the pools of `pools.json` (a class's
+//! floor, then the shared surplus up to its ceiling, else an immediate
+//! rejection), holds the slot until the response body ends, and follows the
+//! mounted ConfigMap. The admission core is also a tower Layer
+//! ([`AdmissionLayer`]) for services that enforce the pools in process.
+//!
+//! Depends only on `pool_config` of this crate.
+
+mod admin;
+pub mod admission;
+pub mod classify;
+pub mod forward;
+pub mod layer;
+pub mod metrics;
+pub mod options;
+pub mod reject;
+pub mod reload;
+mod server;
+
+use std::{
+    net::SocketAddr,
+    sync::{atomic::Ordering, Arc},
+    time::Instant,
+};
+
+use tokio::{net::TcpListener, sync::watch};
+
+pub use admission::{Permit, Pool, Reason, Rejection, Source, Unclassified};
+pub use classify::{Classifier, Rule};
+pub use layer::{Admission, AdmissionLayer, Classify, Gate, HoldPermit, PermitBody};
+pub use metrics::{PoolCollector, ProxyMetrics};
+pub use options::{ProxyArgs, Route};
+pub use reject::Rejector;
+
+/// Why the proxy could not start (or stopped).
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    #[error(transparent)]
+    Config(#[from] reload::LoadError),
+    #[error("{0}")]
+    Usage(String),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+    #[error("admin server: {0}")]
+    Admin(std::io::Error),
+}
+
+/// The runtime `--workers` asks for: one thread runs everything on the
+/// current thread (no work stealing, best when pinned to one core).
+pub fn runtime(workers: Option<usize>) -> std::io::Result<tokio::runtime::Runtime> {
+    let workers = workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
+    if workers <= 1 {
+        tokio::runtime::Builder::new_current_thread().enable_all().build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread().worker_threads(workers).enable_all().build()
+    }
+}
+
+/// One listener to open: where, what classifies it, where it forwards.
+struct Plan {
+    addr: SocketAddr,
+    classifier: Classifier,
+    upstream: forward::Upstream,
+}
+
+fn plan(args: &ProxyArgs) -> Result<Vec<Plan>, ProxyError> {
+    let usage = |m: &str| ProxyError::Usage(m.to_owned());
+    if args.listen.is_empty() && args.routes.is_empty() {
+        return Err(usage("nothing to listen on: give --listen or --route"));
+    }
+    let by_port = args.classify.contains(&Rule::Port);
+    if by_port && args.routes.is_empty() {
+        return Err(usage("--classify port needs --route CLASS=HOST:PORT listeners"));
+    }
+    let mut plans = Vec::new();
+    for &addr in &args.listen {
+        if args.classify.is_empty() {
+            return Err(usage("--listen needs --classify (header:NAME, path:/prefix=class,... or port)"));
+        }
+        let upstream = args.upstream.clone().ok_or_else(|| usage("--listen needs --upstream"))?;
+        plans.push(Plan { addr, classifier: Classifier::Rules(args.classify.clone()), upstream });
+    }
+    for route in &args.routes {
+        let upstream = route
+            .upstream
+            .clone()
+            .or_else(|| args.upstream.clone())
+            .ok_or_else(|| ProxyError::Usage(format!("--route {}: no upstream (add =http://... or --upstream)", route.class)))?;
+        plans.push(Plan { addr: route.listen, classifier: Classifier::Fixed(route.class.as_str().into()), upstream });
+    }
+    Ok(plans)
+}
+
+/// Run the proxy until SIGTERM (or SIGINT), then drain and return.
+pub async fn run(args: ProxyArgs) -> Result<(), ProxyError> {
+    let plans = plan(&args)?;
+    let config = reload::load(&args.config_dir)?;
+    let path = reload::config_path(&args.config_dir);
+    let pool = Pool::new(config, args.unclassified.clone())
+        .map_err(|source| reload::LoadError::Invalid { path: path.clone(), source })?;
+    let metrics = Arc::new(ProxyMetrics::new(Arc::clone(&pool)));
+    metrics.applied_now();
+    for plan in &plans {
+        if let Classifier::Fixed(class) = &plan.classifier {
+            if !pool.config().classes.iter().any(|c| *c.name == **class) {
+                tracing::warn!(class = &**class, listen = %plan.addr, "route names a class not in the config: unclassified until one is");
+            }
+        }
+    }
+
+    let (stop_tx, stop) = watch::channel(false);
+    let (drain_tx, drain) = watch::channel(());
+    let builder = Arc::new(server::http_builder());
+    let rejector = Rejector::new(args.retry_after);
+    let admin = Arc::new(admin::Admin {
+        pool: Arc::clone(&pool),
+        metrics: Arc::clone(&metrics),
+        draining: Default::default(),
+    });
+    let admin_tcp = TcpListener::bind(args.admin).await.map_err(|source| ProxyError::Bind { addr: args.admin, source })?;
+    let mut bound = Vec::new();
+    for plan in plans {
+        let tcp = TcpListener::bind(plan.addr).await.map_err(|source| ProxyError::Bind { addr: plan.addr, source })?;
+        tracing::info!(listen = %plan.addr, upstream = %plan.upstream, classify = ?plan.classifier, "listening");
+        let listener = server::Listener {
+            gate: Gate::new(Arc::clone(&pool), plan.classifier, rejector.clone()),
+            forward: forward::Forward::new(plan.upstream, args.upstream_protocol, drain.clone()),
+        };
+        bound.push((tcp, Arc::new(listener)));
+    }
+    for (tcp, listener) in bound {
+        tokio::spawn(server::accept(tcp, listener, Arc::clone(&builder), stop.clone(), drain.clone()));
+    }
+    drop(drain);
+    tokio::spawn(reload::follow(
+        args.config_dir.clone(),
+        Arc::clone(&pool),
+        Arc::clone(&metrics),
+        args.reload_interval,
+        stop.clone(),
+    ));
+    let (admin_stop_tx, admin_stop) = tokio::sync::oneshot::channel::<()>();
+    let admin_task = tokio::spawn(admin::serve(admin_tcp, Arc::clone(&admin), async {
+        let _ = admin_stop.await;
+    }));
+    tracing::info!(admin = %args.admin, generation = pool.generation(), "proxy ready");
+
+    let signal = terminated().await;
+    tracing::info!(signal, drain_timeout = ?args.drain_timeout, "stopping: no new connections, draining in-flight requests");
+    admin.draining.store(true, Ordering::Relaxed);
+    let started = Instant::now();
+    let _ = stop_tx.send(true);
+    let in_flight = || pool.snapshot().classes.iter().map(|c| u64::from(c.floor_in_use + c.surplus_in_use)).sum::<u64>();
+    match tokio::time::timeout(args.drain_timeout, drain_tx.closed()).await {
+        Ok(()) => tracing::info!(took = ?started.elapsed(), "drained"),
+        Err(_) => tracing::warn!(in_flight = in_flight(), "drain timeout: exiting with requests in flight"),
+    }
+    let _ = admin_stop_tx.send(());
+    match admin_task.await {
+        Ok(Err(e)) => Err(ProxyError::Admin(e)),
+        _ => Ok(()),
+    }
+}
+
+/// Waits for SIGTERM or SIGINT and names it.
+async fn terminated() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        // Without signal handlers the proxy can only be killed; keep serving.
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    }
+}

@@ -1,0 +1,136 @@
+//! The command line of `bulkhead proxy`. Scripts outside the repository rely
+//! on `--config-dir --listen --upstream --classify header:NAME --unclassified
+//! --admin` exactly as written.
+
+use std::{
+    net::{SocketAddr, ToSocketAddrs},
+    path::PathBuf,
+    str::FromStr,
+    time::Duration,
+};
+
+use super::{
+    admission::Unclassified,
+    classify::Rule,
+    forward::{Upstream, UpstreamProtocol},
+};
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct ProxyArgs {
+    /// Directory holding pools.json, directly or through the kubelet's ..data link.
+    #[arg(long, value_name = "DIR")]
+    pub config_dir: PathBuf,
+    /// Listener classified by --classify (HTTP/1.1 and h2c on the same port); repeatable.
+    #[arg(long, value_name = "HOST:PORT", value_parser = parse_addr)]
+    pub listen: Vec<SocketAddr>,
+    /// Upstream of --listen, and of each --route that names none.
+    #[arg(long, value_name = "http://HOST:PORT")]
+    pub upstream: Option<Upstream>,
+    /// How --listen traffic names its class: header:NAME, path:/prefix=class,... or port
+    /// (only --route listeners classify); repeatable, the first rule that names a class wins.
+    #[arg(long, value_name = "RULE")]
+    pub classify: Vec<Rule>,
+    /// What unclassified requests (no class, or a name not in the config) get: reject, or a class to count them as.
+    #[arg(long, value_name = "reject|CLASS", default_value = "reject", value_parser = parse_unclassified)]
+    pub unclassified: Unclassified,
+    /// A listener whose traffic is one class, to its own upstream (egress, or ingress by port):
+    /// CLASS=HOST:PORT[=http://UPSTREAM]; repeatable.
+    #[arg(long = "route", value_name = "CLASS=HOST:PORT[=URL]")]
+    pub routes: Vec<Route>,
+    /// Address for /healthz, /readyz and /metrics (never counted against any class).
+    #[arg(long, value_name = "HOST:PORT", default_value = "0.0.0.0:9901", value_parser = parse_addr)]
+    pub admin: SocketAddr,
+    /// Protocol spoken to upstreams (gRPC upstreams need h2c).
+    #[arg(long, value_enum, default_value = "http1")]
+    pub upstream_protocol: UpstreamProtocol,
+    /// Tokio worker threads; 1 runs everything on one thread (best when pinned to one core).
+    /// Defaults to the number of CPUs.
+    #[arg(long, value_name = "N")]
+    pub workers: Option<usize>,
+    /// Seconds a rejected client is told to wait (Retry-After).
+    #[arg(long, value_name = "SECONDS", default_value_t = 1)]
+    pub retry_after: u32,
+    /// On SIGTERM, how long in-flight requests may take to finish before the proxy exits anyway.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub drain_timeout: Duration,
+    /// How often the config directory is checked for a new pools.json.
+    #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = parse_duration)]
+    pub reload_interval: Duration,
+}
+
+/// `--route CLASS=HOST:PORT[=http://UPSTREAM]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Route {
+    pub class: String,
+    pub listen: SocketAddr,
+    pub upstream: Option<Upstream>,
+}
+
+impl FromStr for Route {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (class, rest) = s.split_once('=').ok_or_else(|| format!("{s:?}: expected CLASS=HOST:PORT[=URL]"))?;
+        if class.is_empty() {
+            return Err(format!("{s:?}: no class"));
+        }
+        let (listen, upstream) = match rest.split_once('=') {
+            Some((listen, url)) => (listen, Some(url.parse::<Upstream>().map_err(|e| e.to_string())?)),
+            None => (rest, None),
+        };
+        Ok(Route { class: class.to_owned(), listen: parse_addr(listen)?, upstream })
+    }
+}
+
+/// HOST:PORT, a literal address or a name resolved once at start.
+pub fn parse_addr(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = s.parse() {
+        return Ok(addr);
+    }
+    s.to_socket_addrs()
+        .map_err(|e| format!("{s:?}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{s:?}: resolves to no address"))
+}
+
+fn parse_unclassified(s: &str) -> Result<Unclassified, String> {
+    match s {
+        "" => Err("expected reject or a class name".into()),
+        "reject" => Ok(Unclassified::Reject),
+        class => Ok(Unclassified::Class(class.to_owned())),
+    }
+}
+
+/// `30s`, `500ms`, `2m`, or plain seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let bad = || format!("{s:?}: expected a duration such as 30s, 500ms or 2m");
+    let (number, unit) = s.find(|c: char| !c.is_ascii_digit() && c != '.').map_or((s, "s"), |i| s.split_at(i));
+    let n: f64 = number.parse().map_err(|_| bad())?;
+    let seconds = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        _ => return Err(bad()),
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|_| bad())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_durations_and_policies() {
+        let r: Route = "search=127.0.0.1:9000=http://127.0.0.1:8000".parse().expect("route");
+        assert_eq!((r.class.as_str(), r.listen.port()), ("search", 9000));
+        assert_eq!(r.upstream.map(|u| u.to_string()).as_deref(), Some("http://127.0.0.1:8000"));
+        assert_eq!("a=127.0.0.1:1".parse::<Route>().map(|r| r.upstream), Ok(None));
+        assert!("127.0.0.1:1".parse::<Route>().is_err());
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        assert!(parse_duration("3h").is_err());
+        assert_eq!(parse_unclassified("reject"), Ok(Unclassified::Reject));
+        assert_eq!(parse_unclassified("reports"), Ok(Unclassified::Class("reports".into())));
+    }
+}

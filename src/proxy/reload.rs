@@ -1,0 +1,134 @@
+//! Reading `pools.json` from a mounted ConfigMap directory, and following it.
+//!
+//! The kubelet updates a ConfigMap volume by writing a new timestamped
+//! directory and atomically renaming a `..data_tmp` symlink onto `..data`;
+//! `pools.json` is a symlink through `..data`. A watch on the file itself
+//! dies with the first update, so the proxy re-reads the path (which always
+//! resolves through the current `..data`) every poll interval and applies
+//! the document when its bytes change. A read costs a few microseconds; an
+//! interval of 100 ms keeps reload latency well under a second.
+
+use std::{
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::Duration,
+};
+
+use crate::pool_config::{PoolConfig, POOL_CONFIG_KEY};
+
+use super::{
+    admission::{ApplyError, Pool},
+    metrics::ProxyMetrics,
+};
+
+/// Why `pools.json` could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("{path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path}: {field}: {message}")]
+    Parse { path: PathBuf, field: String, message: String },
+    #[error("{path}: {source}")]
+    Invalid { path: PathBuf, source: ApplyError },
+}
+
+pub fn config_path(dir: &Path) -> PathBuf {
+    dir.join(POOL_CONFIG_KEY)
+}
+
+/// Decode a document, naming the field at fault (`classes[1].reserved: ...`).
+pub fn parse(path: &Path, bytes: &[u8]) -> Result<PoolConfig, LoadError> {
+    let de = &mut serde_json::Deserializer::from_slice(bytes);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let field = e.path().to_string();
+        LoadError::Parse { path: path.to_owned(), field, message: e.into_inner().to_string() }
+    })
+}
+
+/// Read, decode and validate the document in `dir`.
+pub fn load(dir: &Path) -> Result<PoolConfig, LoadError> {
+    let path = config_path(dir);
+    let bytes = std::fs::read(&path).map_err(|source| LoadError::Read { path: path.clone(), source })?;
+    let config = parse(&path, &bytes)?;
+    config.validate().map_err(|e| LoadError::Invalid { path, source: e.into() })?;
+    Ok(config)
+}
+
+/// What the last poll found, so each change is acted on (and counted) once.
+#[derive(PartialEq, Eq)]
+enum Seen {
+    Bytes(Vec<u8>),
+    Unreadable,
+}
+
+/// Follow `dir` until `stop` fires, applying each changed document that is
+/// valid and keeping the last good config on any other.
+pub async fn follow(
+    dir: PathBuf,
+    pool: Arc<Pool>,
+    metrics: Arc<ProxyMetrics>,
+    interval: Duration,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let path = config_path(&dir);
+    // The document applied at start; a change from it is a reload.
+    let mut seen = match tokio::fs::read(&path).await {
+        Ok(bytes) => Seen::Bytes(bytes),
+        Err(_) => Seen::Unreadable,
+    };
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => return,
+        }
+        let now = match tokio::fs::read(&path).await {
+            Ok(bytes) => Seen::Bytes(bytes),
+            Err(e) => {
+                if seen != Seen::Unreadable {
+                    tracing::warn!(path = %path.display(), error = %e, "pool config unreadable; keeping the last good one");
+                    metrics.reload("unreadable");
+                }
+                Seen::Unreadable
+            }
+        };
+        if now == seen {
+            continue;
+        }
+        if let Seen::Bytes(bytes) = &now {
+            apply(&path, bytes, &pool, &metrics);
+        }
+        seen = now;
+    }
+}
+
+fn apply(path: &Path, bytes: &[u8], pool: &Pool, metrics: &ProxyMetrics) {
+    let result = parse(path, bytes).and_then(|config| {
+        pool.apply(config).map_err(|source| LoadError::Invalid { path: path.to_owned(), source })
+    });
+    match result {
+        Ok(generation) => {
+            metrics.reload("applied");
+            metrics.applied_now();
+            tracing::info!(generation, "pool config applied");
+        }
+        Err(e) => {
+            metrics.reload("invalid");
+            tracing::warn!(error = %e, "pool config rejected; keeping the last good one");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_malformed_document_names_the_field() {
+        let text = br#"{"version":1,"bulkhead":"b","resource":"r","scope":"Instance","dividedBy":1,"capacity":2,
+            "sharedSurplus":1,"onCeiling":"reject","classes":[{"name":"a","reserved":"ten","ceiling":2,"critical":false}]}"#;
+        let e = parse(Path::new("pools.json"), text).expect_err("malformed");
+        assert!(e.to_string().starts_with("pools.json: classes[0].reserved: invalid type"), "{e}");
+    }
+}
