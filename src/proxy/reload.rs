@@ -71,8 +71,10 @@ pub async fn follow(
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let path = config_path(&dir);
-    // The document applied at start; a change from it is a reload.
-    let mut seen = match tokio::fs::read(&path).await {
+    // The document applied at start; a change from it is a reload. The reads
+    // are plain blocking reads: a few microseconds on the kubelet's tmpfs,
+    // cheaper than a hop to the blocking pool on a one-core proxy.
+    let mut seen = match std::fs::read(&path) {
         Ok(bytes) => Seen::Bytes(bytes),
         Err(_) => Seen::Unreadable,
     };
@@ -83,7 +85,7 @@ pub async fn follow(
             _ = tick.tick() => {}
             _ = stop.changed() => return,
         }
-        let now = match tokio::fs::read(&path).await {
+        let now = match std::fs::read(&path) {
             Ok(bytes) => Seen::Bytes(bytes),
             Err(e) => {
                 if seen != Seen::Unreadable {

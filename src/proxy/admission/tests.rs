@@ -187,13 +187,17 @@ impl XorShift {
     }
 }
 
-/// What the test itself believes is held: incremented after a permit is
-/// granted and decremented before it is dropped, so it never exceeds the
-/// pool's real count; if it exceeds a limit, the pool did.
+/// What the test itself believes is held: each counter is incremented after a
+/// permit is granted and decremented before it is dropped, so it never exceeds
+/// the pool's real count of the same permits; if one exceeds a limit, the pool
+/// did. Each check reads one counter (the value its own increment returned):
+/// a sum of counters read one after another would not be a single instant.
 #[derive(Default)]
 struct Tally {
     floor: [AtomicU32; 4],
-    surplus: [AtomicU32; 4],
+    class: [AtomicU32; 4],
+    borrowed: AtomicU32,
+    total: AtomicU32,
     max_total: AtomicU32,
 }
 
@@ -201,27 +205,27 @@ const NAMES: [&str; 4] = ["checkout", "search", "reports", "control-plane"];
 
 impl Tally {
     fn add(&self, class: usize, source: Source, config: &PoolConfig) {
-        let counter = match source {
-            Source::Floor => &self.floor[class],
-            Source::Surplus => &self.surplus[class],
-        };
-        counter.fetch_add(1, Ordering::SeqCst);
-        let floor = self.floor[class].load(Ordering::SeqCst);
-        let mine = floor + self.surplus[class].load(Ordering::SeqCst);
-        let borrowed: u32 = self.surplus.iter().map(|c| c.load(Ordering::SeqCst)).sum();
-        let total: u32 = borrowed + self.floor.iter().map(|c| c.load(Ordering::SeqCst)).sum::<u32>();
         let c = &config.classes[class];
-        assert!(floor <= c.reserved, "{}: floor {floor} > {}", c.name, c.reserved);
+        if source == Source::Floor {
+            let floor = self.floor[class].fetch_add(1, Ordering::SeqCst) + 1;
+            assert!(floor <= c.reserved, "{}: floor {floor} > {}", c.name, c.reserved);
+        } else {
+            let borrowed = self.borrowed.fetch_add(1, Ordering::SeqCst) + 1;
+            assert!(borrowed <= config.shared_surplus, "borrowed {borrowed} > {}", config.shared_surplus);
+        }
+        let mine = self.class[class].fetch_add(1, Ordering::SeqCst) + 1;
         assert!(mine <= c.ceiling, "{}: {mine} > ceiling {}", c.name, c.ceiling);
-        assert!(borrowed <= config.shared_surplus, "borrowed {borrowed} > {}", config.shared_surplus);
+        let total = self.total.fetch_add(1, Ordering::SeqCst) + 1;
         assert!(total <= config.capacity, "{total} > capacity {}", config.capacity);
         self.max_total.fetch_max(total, Ordering::SeqCst);
     }
 
     fn remove(&self, class: usize, source: Source) {
+        self.total.fetch_sub(1, Ordering::SeqCst);
+        self.class[class].fetch_sub(1, Ordering::SeqCst);
         match source {
             Source::Floor => &self.floor[class],
-            Source::Surplus => &self.surplus[class],
+            Source::Surplus => &self.borrowed,
         }
         .fetch_sub(1, Ordering::SeqCst);
     }
