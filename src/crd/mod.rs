@@ -2,11 +2,13 @@
 //! its status (what the operator reports) and the generated CRD.
 
 mod definition;
+mod shard;
 mod spec;
 mod status;
 mod vocabulary;
 
 pub use definition::{crd_yaml, definition};
+pub use shard::*;
 pub use spec::*;
 pub use status::*;
 pub use vocabulary::*;

@@ -10,6 +10,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{
+    shard::ShuffleShardingSpec,
     status::BulkheadStatus,
     vocabulary::{Layer, Scope},
 };
@@ -55,6 +56,10 @@ pub struct BulkheadSpec {
     /// The classes of work (at most 64). Names are unique.
     #[schemars(length(min = 1, max = 64), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub classes: Vec<ClassSpec>,
+    /// Tenant dimension only: give every class that is not critical its own
+    /// shard of the candidate nodes and pin its workloads there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shuffle_sharding: Option<ShuffleShardingSpec>,
 }
 
 /// What separates the classes.

@@ -77,6 +77,10 @@ pub struct ClassStatus {
     pub reserved_per_replica: u32,
     /// Ceiling one replica enforces.
     pub ceiling_per_replica: u32,
+    /// Under spec.shuffleSharding: the nodes of this class's shard, in the
+    /// order they were drawn (the operator keeps it while those nodes last).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shard: Vec<String>,
 }
 
 /// One layer's verdict.

@@ -48,6 +48,9 @@ pub fn plan_report(evaluations: &[Evaluated]) -> PlanReport {
                 if group.nodes.is_empty() { "none".to_string() } else { group.nodes.join(", ") }
             ));
         }
+        for (tenant, shard) in e.plan.shards.iter().flat_map(|s| &s.shards) {
+            summary.push(format!("bulkhead {name}: tenant {tenant} holds shard {}", shard.join(", ")));
+        }
         if e.changes.is_empty() {
             summary.push(format!("bulkhead {name}: nothing to change"));
         }

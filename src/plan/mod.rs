@@ -11,6 +11,7 @@ mod priority;
 mod proxy;
 mod quantity;
 mod quotas;
+mod shard;
 mod validate;
 
 use k8s_openapi::api::{
@@ -30,6 +31,7 @@ pub use proxy::{
 };
 pub use quantity::nano_units;
 pub use quotas::{quota_name, QuotaCollision};
+pub use shard::{is_tenant, ShardPlan, HOSTNAME_LABEL};
 pub use validate::{is_dns_label, validate};
 
 use nodes::plan_node_groups;
@@ -63,6 +65,8 @@ pub struct Plan {
     pub node_groups: NodeGroupPlan,
     /// Workload patches; None when no class asks for placement.
     pub placement: Option<PlacementPlan>,
+    /// Each tenant's shard, under spec.shuffleSharding.
+    pub shards: Option<ShardPlan>,
     pub priority_classes: Vec<PriorityClass>,
     /// Sidecar injection (spec.workload.proxy).
     pub proxy: ProxyPlan,
@@ -97,7 +101,8 @@ pub fn plan(selection: &Selection<'_>, snapshot: &Snapshot, config: &PlanConfig)
     let places = places_workloads(&bulkhead.spec);
     let (mut quotas, quota_collisions) = quotas::plan_quotas(selection, snapshot, places);
     let node_groups = plan_node_groups(selection, snapshot);
-    let placement = places.then(|| plan_placement(selection, snapshot));
+    let shards = shard::plan_shards(selection, snapshot);
+    let placement = places.then(|| plan_placement(selection, snapshot, shards.as_ref()));
     let priority_classes = if places { priority_classes(bulkhead) } else { Vec::new() };
     let mut config_map = None;
     let mut pool_config = None;
@@ -132,6 +137,7 @@ pub fn plan(selection: &Selection<'_>, snapshot: &Snapshot, config: &PlanConfig)
         quota_collisions,
         node_groups,
         placement,
+        shards,
         priority_classes,
         proxy,
     }

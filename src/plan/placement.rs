@@ -19,6 +19,7 @@ use serde_json::{json, Value};
 use super::{
     nodes::{claim_key, CLAIM_EFFECT},
     priority::priority_class_name,
+    shard::{ShardPlan, HOSTNAME_LABEL},
 };
 use crate::{
     crd::ClassSpec,
@@ -75,7 +76,7 @@ pub struct PlacementPlan {
     pub missing_runtime_classes: Vec<(String, String)>,
 }
 
-pub fn plan_placement(selection: &Selection<'_>, snapshot: &Snapshot) -> PlacementPlan {
+pub fn plan_placement(selection: &Selection<'_>, snapshot: &Snapshot, shards: Option<&ShardPlan>) -> PlacementPlan {
     let name = selection.name().to_string();
     let key = claim_key(&name);
     let classes = &selection.bulkhead.spec.classes;
@@ -118,7 +119,8 @@ pub fn plan_placement(selection: &Selection<'_>, snapshot: &Snapshot) -> Placeme
     let mut workloads = Vec::new();
     for (workload, i) in &assigned {
         let class = &classes[*i];
-        let desired = desired_template(&name, &key, class, groups_exist, &namespaces);
+        let pinned = shards.and_then(|s| s.pinned_hostnames(&class.name));
+        let desired = desired_template(&name, &key, class, groups_exist, pinned, &namespaces);
         let body = apply_body(workload, &key, &class.name, &desired);
         let fingerprint = fingerprint(&body);
         let body = with_annotation(body, &placement_annotation(&name), &fingerprint);
@@ -165,6 +167,7 @@ fn desired_template(
     key: &str,
     class: &ClassSpec,
     groups_exist: bool,
+    pinned: Option<Vec<String>>,
     namespaces: &[String],
 ) -> TemplatePlacement {
     let requirement = |operator: &str, values: Option<Vec<String>>| NodeSelectorRequirement {
@@ -192,6 +195,26 @@ fn desired_template(
                 ..Default::default()
             }),
             vec![toleration],
+        )
+    } else if let Some(hostnames) = pinned {
+        // Shuffle sharding: the class's own shard, and nothing to tolerate
+        // (shard nodes are shared with other tenants, not tainted).
+        let required = NodeSelector {
+            node_selector_terms: vec![NodeSelectorTerm {
+                match_expressions: Some(vec![NodeSelectorRequirement {
+                    key: HOSTNAME_LABEL.to_string(),
+                    operator: "In".to_string(),
+                    values: Some(hostnames),
+                }]),
+                match_fields: None,
+            }],
+        };
+        (
+            Some(NodeAffinity {
+                required_during_scheduling_ignored_during_execution: Some(required),
+                ..Default::default()
+            }),
+            Vec::new(),
         )
     } else if class.critical && groups_exist {
         // The control-plane lane may use every group's nodes when it must,

@@ -23,11 +23,13 @@ pub fn priority_class_name(bulkhead: &str, class: &str) -> String {
 }
 
 /// Whether the Bulkhead places workloads at all: placement is opt-in, switched
-/// on by any class declaring a node group, anti-affinity, a RuntimeClass or a priority.
+/// on by shuffle sharding or by any class declaring a node group,
+/// anti-affinity, a RuntimeClass or a priority.
 pub fn places_workloads(spec: &BulkheadSpec) -> bool {
-    spec.classes.iter().any(|c| {
-        c.nodes.is_some() || c.anti_affinity.is_some() || c.runtime_class_name.is_some() || c.priority.is_some()
-    })
+    spec.shuffle_sharding.is_some()
+        || spec.classes.iter().any(|c| {
+            c.nodes.is_some() || c.anti_affinity.is_some() || c.runtime_class_name.is_some() || c.priority.is_some()
+        })
 }
 
 /// The priority of every class, in spec order.

@@ -65,6 +65,7 @@ fn rules(bulkhead: &Bulkhead) -> Vec<SpecError> {
         let classes: Vec<&str> = spec.classes.iter().map(|c| c.name.as_str()).collect();
         errors.extend(super::proxy::validate_proxy(proxy, &classes));
     }
+    errors.extend(super::shard::validate_sharding(spec));
     let places = super::places_workloads(spec);
     if places {
         errors.extend(super::priority::validate_priorities(spec));

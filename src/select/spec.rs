@@ -13,6 +13,8 @@ pub struct Selection<'a> {
     /// spec.workload.selector, when spec.workload is set.
     pub workload: Option<Matcher>,
     pub classes: Vec<ClassSelection<'a>>,
+    /// spec.shuffleSharding.nodes.selector, when shuffle sharding is asked for.
+    pub shard_nodes: Option<Matcher>,
     /// Selectors that did not parse.
     pub errors: Vec<SpecError>,
 }
@@ -61,7 +63,12 @@ impl<'a> Selection<'a> {
                 ClassSelection { index, spec, pods, nodes }
             })
             .collect();
-        Selection { bulkhead, workload, classes, errors }
+        let shard_nodes = bulkhead
+            .spec
+            .shuffle_sharding
+            .as_ref()
+            .map(|s| parse(Some(&s.nodes.selector), "spec.shuffleSharding.nodes.selector".to_string()));
+        Selection { bulkhead, workload, classes, shard_nodes, errors }
     }
 
     /// The Bulkhead's name ("" when it has none: validation reports that).

@@ -8,12 +8,14 @@ mod isolation;
 mod placement;
 mod proxy;
 mod reasons;
+mod shard;
 
 pub use conditions::{merge_conditions, ConditionStatus, DesiredCondition};
 pub use evaluate::{evaluate, Config, Evaluation};
 pub use isolation::isolated_condition;
 pub use reasons::{
     reason, CONTROL_PLANE_LANE, FUNDED, ISOLATED, NODE_GROUPS_READY, PLACED, PROXY_INJECTED, QUOTAS_SCOPED, READY,
+    SHUFFLE_SHARDED,
 };
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -55,8 +57,14 @@ pub fn build_status(
 ) -> BulkheadStatus {
     let generation = bulkhead.metadata.generation;
     let mut desired = desired_conditions(plan, outcome);
-    if let Some(audit) = audit {
-        desired.push(isolated_condition(&audit.layers, bulkhead.spec.classes.len()));
+    let mut layers = audit.map(|a| a.layers.clone()).unwrap_or_default();
+    if let Some(shards) = &plan.shards {
+        let class_order: Vec<String> = bulkhead.spec.classes.iter().map(|c| c.name.clone()).collect();
+        shard::annotate_node_layer(&mut layers, shards, &class_order);
+        desired.push(shard::shard_condition(shards));
+    }
+    if audit.is_some() {
+        desired.push(isolated_condition(&layers, bulkhead.spec.classes.len()));
     }
     let previous_conditions = previous.map(|s| s.conditions.as_slice()).unwrap_or_default();
     let cap = &plan.capacity;
@@ -86,9 +94,10 @@ pub fn build_status(
                 left_to_others: c.left_to_others,
                 reserved_per_replica: c.reserved_per_replica,
                 ceiling_per_replica: c.ceiling_per_replica,
+                shard: plan.shards.as_ref().and_then(|s| s.shards.get(&c.name)).cloned().unwrap_or_default(),
             })
             .collect(),
-        layers: audit.map(|a| a.layers.clone()).unwrap_or_default(),
+        layers,
     }
 }
 

@@ -10,6 +10,7 @@ pub const NODE_GROUPS_READY: &str = "NodeGroupsReady";
 pub const PLACED: &str = "Placed";
 pub const ISOLATED: &str = "Isolated";
 pub const PROXY_INJECTED: &str = "ProxyInjected";
+pub const SHUFFLE_SHARDED: &str = "ShuffleSharded";
 
 /// Reasons.
 pub mod reason {
@@ -69,4 +70,10 @@ pub mod reason {
     pub const SIDECAR_INJECTED: &str = "SidecarInjected";
     /// The API server refused a sidecar injection (a conflict or a rejection).
     pub const INJECTION_REFUSED: &str = "InjectionRefused";
+    /// Every tenant holds a shard no other tenant holds.
+    pub const SHARDS_ASSIGNED: &str = "ShardsAssigned";
+    /// Some tenants hold the very same shard; the message names them.
+    pub const IDENTICAL_SHARDS: &str = "IdenticalShards";
+    /// Fewer candidate nodes than a shard needs (or no tenant): nothing is pinned.
+    pub const TOO_FEW_SHARD_NODES: &str = "TooFewShardNodes";
 }
