@@ -14,6 +14,9 @@ use crate::{
     shard::binomial,
 };
 
+/// Evidence items per pair, as the audit keeps them.
+const MAX_EVIDENCE: usize = 3;
+
 /// `ShuffleSharded`, present only under spec.shuffleSharding.
 pub fn shard_condition(shards: &ShardPlan) -> DesiredCondition {
     let Some(r) = &shards.report else {
@@ -99,6 +102,7 @@ pub fn annotate_node_layer(layers: &mut [LayerStatus], shards: &ShardPlan, class
             let pair = &mut layer.pairs[at];
             pair.state = LayerState::Shared;
             pair.evidence.insert(0, evidence);
+            pair.evidence.truncate(MAX_EVIDENCE);
             weight[at] = (identical, common.len());
         }
     }
