@@ -156,7 +156,7 @@ async fn add_node(client: &Client, name: &str, labels: &[(&str, &str)]) {
 async fn claims(client: &Client, case: &Case) -> BTreeMap<String, (Option<String>, Vec<(String, String)>)> {
     let key = format!("bulkhead.dev/{}", case.name);
     let nodes = Api::<Node>::all(client.clone())
-        .list(&ListParams::default().labels(&format!("test.bulkhead.dev/fake-node=true")))
+        .list(&ListParams::default().labels("test.bulkhead.dev/fake-node=true"))
         .await
         .expect("list nodes");
     nodes
@@ -344,7 +344,8 @@ async fn api_server_and_etcd_killed_mid_reconcile_and_restarted() {
     cp.apply_yaml(&case.bulkhead(&[("a", 2), ("b", 2)]));
     converge(&client, &case, &[("a", 2), ("b", 2)], SETTLE).await;
 
-    let steps: [(&str, [(&str, u32); 2], [(&str, u32); 2]); 2] = [
+    type Counts = [(&'static str, u32); 2];
+    let steps: [(&str, Counts, Counts); 2] = [
         ("kube-apiserver", [("a", 2), ("b", 1)], [("a", 3), ("b", 1)]),
         ("etcd", [("a", 2), ("b", 2)], [("a", 1), ("b", 3)]),
     ];
