@@ -46,6 +46,8 @@ static OPERATOR: Mutex<Option<Operator>> = Mutex::new(None);
 const SETTLE: Duration = Duration::from_secs(60);
 /// A change made once the API server (or etcd) is back must be applied within this.
 const AFTER_RESTART: Duration = Duration::from_secs(5);
+/// How long a killed API server or etcd stays down before its restart (which takes 3-13 s more).
+const DOWN: Duration = Duration::from_secs(8);
 
 fn operator_up() {
     let mut op = OPERATOR.lock().unwrap_or_else(PoisonError::into_inner);
@@ -355,7 +357,24 @@ async fn api_server_and_etcd_killed_mid_reconcile_and_restarted() {
         cp.apply_yaml(&case.bulkhead(&in_flight));
         let killed = Instant::now();
         cp.kill(component);
+        if component == "kube-apiserver" {
+            // Down about 20 s in all, as in the report: long enough for kube's
+            // default watch backoff (0.8 s doubling to 30 s) to reach waits of 13-26 s.
+            tokio::time::sleep(DOWN).await;
+        }
         cp.restart(component);
+        let restarted = Instant::now();
+        // Ready: the API server serves a read again (after etcd's return it holds
+        // requests until its own etcd client has reconnected).
+        let bulkheads: Api<Bulkhead> = Api::all(client.clone());
+        while !matches!(tokio::time::timeout(Duration::from_secs(1), bulkheads.get(&case.name)).await, Ok(Ok(_))) {
+            assert!(
+                restarted.elapsed() < Duration::from_secs(60),
+                "the API server does not serve after {component} restarted"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let serving = restarted.elapsed();
         let down = killed.elapsed();
         let ready = Instant::now();
         // The change, made at once; after etcd restarts, the API server may refuse it for a moment.
@@ -373,12 +392,13 @@ async fn api_server_and_etcd_killed_mid_reconcile_and_restarted() {
         let changed = Instant::now();
         converge(&client, &case, &after, SETTLE).await;
         let applied = changed.elapsed();
+        let since_ready = ready.elapsed();
         eprintln!(
-            "figure: {component} SIGKILLed mid-reconcile, back after {down:.1?}; the next change accepted {accepted:.2?} after it was ready ({refused} refusals), applied {applied:.2?} after that"
+            "figure: {component} SIGKILLed mid-reconcile, back after {down:.1?} (the API server serving {serving:.2?} after the restart); the next change, made as it was ready, accepted {accepted:.2?} after it was ready ({refused} refusals) and applied {applied:.2?} after that: {since_ready:.2?} in all"
         );
         assert!(
-            applied <= AFTER_RESTART,
-            "{component}: change applied {applied:?} after it was made, over {AFTER_RESTART:?}"
+            since_ready <= AFTER_RESTART,
+            "{component}: change applied {since_ready:?} after it was ready, over {AFTER_RESTART:?}"
         );
         assert_fewest_writes(component, &held_before, &groups(&client, &case).await, &case.writes(&since));
         assert_at_rest(&case, Duration::from_secs(3)).await;
