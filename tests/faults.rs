@@ -977,7 +977,9 @@ fn malformed(id: &str) -> Vec<(String, Value, &'static str)> {
         ),
         (
             "count-max",
-            one(json!({"pods": pods, "nodes": {"selector": {"matchLabels": {"pool": id}}, "count": 1000}})),
+            one(
+                json!({"pods": pods, "nodes": {"selector": {"matchLabels": {"pool": format!("{id}-big")}}, "count": 1000}}),
+            ),
             "spec.classes[0].nodes.selector",
         ),
         (
