@@ -16,6 +16,7 @@ mod refusals;
 #[cfg(test)]
 mod tests;
 mod untyped;
+mod watch_backoff;
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
@@ -93,13 +94,14 @@ pub async fn run(client: Client, options: RunOptions) -> Result<(), Error> {
     info!(addr = %options.metrics_addr, "serving /healthz, /readyz and /metrics");
 
     // Standby replicas keep their watches warm but reconcile nothing.
-    let lost_leadership = match &options.leader_election {
+    let leadership = match &options.leader_election {
         Some(lease) => {
             let identity = options.instance.clone().unwrap_or_else(|| format!("bulkhead-{}", std::process::id()));
             Some(leader::acquire(&client, lease, identity).await?)
         }
         None => None,
     };
+    let lost_leadership = leadership.as_ref().map(leader::Leadership::lost);
     let shutdown = async move {
         match lost_leadership {
             Some(lost) => tokio::select! {
@@ -116,6 +118,7 @@ pub async fn run(client: Client, options: RunOptions) -> Result<(), Error> {
     let bulkheads: Api<DeserializeGuard<Bulkhead>> = Api::all(client);
     Controller::new(bulkheads, watcher::Config::default())
         .with_config(ControllerConfig::default().concurrency(4))
+        .trigger_backoff(watch_backoff::WatchBackoff::default())
         .reconcile_all_on(changes)
         .graceful_shutdown_on(shutdown)
         .run(reconcile::reconcile, error_policy, ctx)
@@ -126,6 +129,10 @@ pub async fn run(client: Client, options: RunOptions) -> Result<(), Error> {
         })
         .await;
     info!("shutting down");
+    // Only now, with no reconcile left in flight, may a standby start writing.
+    if let Some(leadership) = leadership {
+        leadership.release().await;
+    }
     let _ = stop_http.send(());
     match server.await {
         Ok(Ok(())) => {}

@@ -124,7 +124,7 @@ fn spawn<K: Watched>(api: Api<K>, config: watcher::Config, shared: Arc<SharedSna
     shared.pending.fetch_add(1, Ordering::AcqRel);
     tokio::spawn(async move {
         let kind = K::kind(&()).to_string();
-        let mut stream = watcher(api, config).default_backoff().boxed();
+        let mut stream = watcher(api, config).backoff(super::watch_backoff::WatchBackoff::default()).boxed();
         let mut buffer: Option<BTreeMap<K::Key, K::Lean>> = None;
         let mut listed_once = false;
         while let Some(event) = stream.next().await {

@@ -12,6 +12,8 @@ pub struct Write {
     pub uri: String,
     pub user: String,
     pub at: String,
+    /// The HTTP status of the response (a refused write is still a request).
+    pub code: u16,
 }
 
 /// Write requests (create/update/patch/delete) by `user` received at or after
@@ -29,6 +31,7 @@ pub fn writes_by(cp_dir: &Path, user: &str, since: &str) -> Vec<Write> {
             uri: e["requestURI"].as_str().unwrap_or_default().to_string(),
             user: user.to_string(),
             at: e["requestReceivedTimestamp"].as_str().unwrap_or_default().to_string(),
+            code: e["responseStatus"]["code"].as_u64().and_then(|c| u16::try_from(c).ok()).unwrap_or_default(),
         })
         .collect()
 }

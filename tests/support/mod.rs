@@ -94,6 +94,27 @@ impl ControlPlane {
         )
     }
 
+    /// SIGKILL `etcd` or `kube-apiserver` (tests/control-plane kill): a crash.
+    pub fn kill(&self, component: &str) {
+        self.script(&["kill", &self.dir.display().to_string(), component]);
+    }
+
+    /// Start a killed component again with its data, flags and ports; returns once it is ready.
+    pub fn restart(&self, component: &str) {
+        self.script(&["restart", &self.dir.display().to_string(), component]);
+    }
+
+    fn script(&self, args: &[&str]) {
+        let out =
+            Command::new(repo_root().join("tests/control-plane")).args(args).output().expect("control-plane runs");
+        assert!(
+            out.status.success(),
+            "tests/control-plane {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// Register one fake node with extra labels.
     pub fn add_node(&self, name: &str, zone: &str, labels: &[(&str, &str)]) {
         let status = Command::new(repo_root().join("tests/control-plane"))

@@ -5,7 +5,7 @@
 use std::{
     io::{Read, Write},
     net::TcpStream,
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::Command,
     sync::OnceLock,
     time::{Duration, Instant},
@@ -73,6 +73,41 @@ pub fn install_chart() -> &'static PathBuf {
     })
 }
 
+/// A kubeconfig for another ServiceAccount bound to the chart's roles, so the
+/// audit log tells two operator replicas apart by user.
+pub fn second_service_account(name: &str) -> PathBuf {
+    let cp = ControlPlane::get();
+    install_chart();
+    cp.apply_yaml(&format!(
+        r#"apiVersion: v1
+kind: ServiceAccount
+metadata: {{name: {name}, namespace: {NAMESPACE}}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {{name: {name}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: bulkhead}}
+subjects: [{{kind: ServiceAccount, name: {name}, namespace: {NAMESPACE}}}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: {name}-leader-election, namespace: {NAMESPACE}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: bulkhead-leader-election}}
+subjects: [{{kind: ServiceAccount, name: {name}, namespace: {NAMESPACE}}}]
+"#
+    ));
+    let kubeconfig = cp.dir.join(format!("{name}.kubeconfig"));
+    let status = Command::new(repo_root().join("tests/control-plane"))
+        .args(["sa-kubeconfig"])
+        .arg(&cp.dir)
+        .args([NAMESPACE, name])
+        .arg(&kubeconfig)
+        .status()
+        .expect("control-plane sa-kubeconfig runs");
+    assert!(status.success(), "no kubeconfig for ServiceAccount {name}");
+    kubeconfig
+}
+
 impl Operator {
     /// The shared operator of a test binary (no leader election), started once.
     pub fn get() -> &'static Operator {
@@ -82,8 +117,13 @@ impl Operator {
     /// Start an operator process under the chart's RBAC; it is stopped when the
     /// test binary exits, however it exits.
     pub fn start(instance: &str, extra_args: &[&str]) -> Operator {
+        Operator::start_as(instance, install_chart(), extra_args)
+    }
+
+    /// Start an operator process with the credentials in `kubeconfig`.
+    pub fn start_as(instance: &str, kubeconfig: &Path, extra_args: &[&str]) -> Operator {
         let cp = ControlPlane::get();
-        let kubeconfig = install_chart().clone();
+        let kubeconfig = kubeconfig.to_path_buf();
         let port = free_port();
         let log = cp.dir.join(format!("operator-{instance}.log"));
         let pid_file = cp.dir.join(format!("operator-{instance}.pid"));
@@ -127,6 +167,27 @@ impl Operator {
             std::thread::sleep(Duration::from_millis(100));
         }
         false
+    }
+
+    /// SIGKILL, a crash: no graceful shutdown, no Lease released. Returns once it is gone.
+    pub fn kill(&self) -> bool {
+        let Ok(pid) = std::fs::read_to_string(&self.pid_file) else { return false };
+        let pid = pid.trim().to_string();
+        let _ = Command::new("kill").args(["-9", &pid]).status();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if !Command::new("kill").args(["-0", &pid]).status().map(|s| s.success()).unwrap_or(false) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    /// True while the process started by `start` is alive (it never restarted).
+    pub fn is_running(&self) -> bool {
+        let Ok(pid) = std::fs::read_to_string(&self.pid_file) else { return false };
+        Command::new("kill").args(["-0", pid.trim()]).status().map(|s| s.success()).unwrap_or(false)
     }
 
     pub fn log_text(&self) -> String {
