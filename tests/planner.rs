@@ -187,12 +187,12 @@ fn fleet(reserved: &[u32], shared: u32, capacity: u32) -> Bulkhead {
 #[test]
 fn a_fleet_pool_splits_over_replicas_and_never_exceeds_capacity() {
     let bh = fleet(&[30, 30, 30, 30], 80, 200);
-    for replicas in 1..=40u32 {
+    for replicas in 1..=40u64 {
         let (plan, _) = plan_capacity(&bh.spec, Some(Replicas { current: replicas, max: None }));
         let per_replica: u64 = plan.classes.iter().map(|c| u64::from(c.reserved_per_replica)).sum::<u64>()
             + u64::from(plan.per_replica_shared);
-        assert!(per_replica * u64::from(replicas) <= 200, "{replicas} replicas: fleet {per_replica} each");
-        assert_eq!(plan.fleet_capacity, Some(per_replica * u64::from(replicas)));
+        assert!(per_replica * replicas <= 200, "{replicas} replicas: fleet {per_replica} each");
+        assert_eq!(plan.fleet_capacity, Some(per_replica * replicas));
         for c in &plan.classes {
             assert!(c.ceiling_per_replica <= c.reserved_per_replica + plan.per_replica_shared);
             assert!(c.ceiling_per_replica >= c.reserved_per_replica);
