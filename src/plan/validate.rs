@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 
 use crate::{
     crd::{Bulkhead, Scope},
-    select::{Selection, SpecError},
+    select::{is_dns_label, is_qualified_name, Selection, SpecError},
 };
 
 /// Longest Bulkhead name: it becomes a label value on everything the operator writes.
@@ -84,6 +84,26 @@ fn rules(bulkhead: &Bulkhead) -> Vec<SpecError> {
         if class.databases.len() > MAX_DATABASES {
             errors.push(SpecError::new(field("databases"), format!("at most {MAX_DATABASES} URLs")));
         }
+        for (j, url) in class.databases.iter().enumerate() {
+            if let Err(problem) = check_database_url(url) {
+                errors.push(SpecError::new(field(&format!("databases[{j}]")), format!("{url:?} {problem}")));
+            }
+        }
+        for (resource, quantity) in class.quota.iter().flat_map(|q| &q.hard) {
+            let here = || field(&format!("quota.hard.{resource}"));
+            if !is_qualified_name(resource) {
+                errors.push(SpecError::new(
+                    here(),
+                    format!("{resource:?} is not a resource name (like cpu, requests.memory, pods)"),
+                ));
+            }
+            if !is_quantity(&quantity.0) {
+                errors.push(SpecError::new(
+                    here(),
+                    format!("{:?} is not a non-negative Kubernetes quantity (like 500m, 2 or 4Gi)", quantity.0),
+                ));
+            }
+        }
         if !seen.insert(class.name.as_str()) {
             errors.push(SpecError::new(field("name"), format!("duplicate class name {:?}", class.name)));
         }
@@ -120,28 +140,50 @@ fn rules(bulkhead: &Bulkhead) -> Vec<SpecError> {
     errors
 }
 
-/// DNS-1123 label: lower-case alphanumerics and '-', starting and ending alphanumeric, 1-63 long.
-pub fn is_dns_label(s: &str) -> bool {
-    let bytes = s.as_bytes();
-    !bytes.is_empty()
-        && bytes.len() <= 63
-        && bytes.iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
-        && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
-        && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
+/// What a ResourceQuota's hard limit accepts: a quantity as the API server
+/// parses it (no spaces), not below zero.
+fn is_quantity(q: &str) -> bool {
+    !q.is_empty() && q.trim() == q && super::quantity::nano_units(q).is_some_and(|n| n >= 0)
 }
 
-/// A label key: an optional DNS-subdomain prefix and `/`, then a name of at
-/// most 63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric.
-fn is_qualified_name(s: &str) -> bool {
-    let (prefix, name) = match s.rsplit_once('/') {
-        Some((p, n)) => (Some(p), n),
-        None => (None, s),
+/// A database URL the audit can resolve: `scheme://[user[:password]@]host[:port][/path][?query]`,
+/// with a port from 1 to 65535. The CRD states the same as a pattern.
+pub fn check_database_url(url: &str) -> Result<(), String> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Err("is not a URL (scheme://host[:port][/database])".into());
     };
-    let name_ok = !name.is_empty()
-        && name.len() <= 63
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-        && name.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
-        && name.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric());
-    let prefix_ok = prefix.is_none_or(|p| !p.is_empty() && p.len() <= 253 && p.split('.').all(is_dns_label));
-    name_ok && prefix_ok
+    let scheme_ok = scheme.bytes().next().is_some_and(|b| b.is_ascii_alphabetic())
+        && scheme.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'.' | b'-'));
+    if !scheme_ok {
+        return Err(format!("has no valid scheme ({scheme:?})"));
+    }
+    if url.chars().any(char::is_whitespace) {
+        return Err("contains white space".into());
+    }
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let hostport = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let (host, port) = if let Some(v6) = hostport.strip_prefix('[') {
+        let (host, after) = v6.split_once(']').ok_or("has an unclosed [ in its host")?;
+        let port = match after {
+            "" => None,
+            p => Some(p.strip_prefix(':').ok_or("has text after its IPv6 host")?),
+        };
+        (host, port)
+    } else {
+        match hostport.split_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (hostport, None),
+        }
+    };
+    if host.is_empty() || host.contains(['[', ']', '@']) {
+        return Err("names no host".into());
+    }
+    if let Some(port) = port {
+        let valid =
+            port.bytes().all(|b| b.is_ascii_digit()) && port.parse::<u32>().is_ok_and(|p| (1..=65535).contains(&p));
+        if !valid {
+            return Err(format!("has port {port:?}, not a number from 1 to 65535"));
+        }
+    }
+    Ok(())
 }
