@@ -295,6 +295,27 @@ fn input_beyond_the_limits_is_refused_at_once() {
     assert_eq!(code, 3, "{err}");
     assert!(err.contains("nested more than 64 levels deep"), "{err}");
 
+    // `- - - - …` on one line is block nesting: it once took gigabytes.
+    let f = write(dir.path(), "dashes.yaml", &"- ".repeat(100_000));
+    let (code, _, err) = run(&["check", "-f", f.to_str().expect("path")], None);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("indented more than 256 columns (nested too deep) at line 1"), "{err}");
+
+    // Many values: refused from the text, before parsing.
+    let f = write(dir.path(), "wide.yaml", &format!("[{}1]", "1,".repeat(2_000_001)));
+    let (code, _, err) = run(&["check", "-f", f.to_str().expect("path")], None);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("more than 2000000 values in all"), "{err}");
+
+    // One object with very many values (each `{}` would decode into a whole Container).
+    let pod = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: p, namespace: shop}}\nspec: {{containers: [{}{{}}]}}\n",
+        "{},".repeat(100_000)
+    );
+    let (code, _, err) = check_text(dir.path(), &pod);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("more than 100000 values in one object"), "{err}");
+
     // Brackets inside quoted strings and comments are not nesting.
     let quoted = with_first_class(VALID_CLASS).replace(
         "metadata: {name: strict}",

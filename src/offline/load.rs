@@ -3,7 +3,8 @@
 //! the document and the field.
 //!
 //! Limits, so that no input can hang the run or grow its memory:
-//! `MAX_INPUT_BYTES` over all inputs of a run, `MAX_DEPTH` levels of nesting.
+//! `MAX_INPUT_BYTES` over all inputs of a run, `MAX_DEPTH` levels of nesting,
+//! `MAX_VALUES` values in a run and `MAX_OBJECT_VALUES` in one object.
 
 use std::{
     collections::BTreeMap,
@@ -34,6 +35,12 @@ pub const MAX_INPUT_BYTES: usize = 16 << 20;
 /// YAML parser's time grows with the square of flow nesting (`[[[[…`), so the
 /// text is scanned for it before parsing.
 pub const MAX_DEPTH: usize = 64;
+/// Most values (scalars, lists, maps) in one run, estimated from the text
+/// before parsing: parsed values take about a hundred times their text.
+pub const MAX_VALUES: usize = 2_000_000;
+/// Most values in one object: decoded into API types, `{}` in a list of
+/// containers becomes a whole Container (a kilobyte and more).
+pub const MAX_OBJECT_VALUES: usize = 100_000;
 /// The command-line name of stdin.
 pub const STDIN: &str = "-";
 
@@ -140,6 +147,8 @@ struct Loader {
     input: Input,
     /// Bytes read so far in this run.
     read: usize,
+    /// Values (estimated) read so far in this run.
+    values: usize,
     /// Where each object was first read, and a hash of it, to refuse a different second one.
     seen: BTreeMap<Identity, (Place, u64)>,
 }
@@ -171,10 +180,24 @@ impl Loader {
     fn load_text(&mut self, path: &Path, text: &str) -> Result<(), LoadError> {
         // kubectl accepts a UTF-8 byte order mark.
         let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-        if let Some((line, column)) = flow_nesting_beyond(text, MAX_DEPTH) {
+        let scan = scan(text, MAX_VALUES.saturating_sub(self.values));
+        self.values = self.values.saturating_add(scan.values);
+        let message = match scan.too_deep {
+            Some(((line, column), true)) => {
+                Some(format!("nested more than {MAX_DEPTH} levels deep at line {line} column {column}"))
+            }
+            Some(((line, _), false)) => {
+                Some(format!("indented more than {MAX_INDENT} columns (nested too deep) at line {line}"))
+            }
+            None if self.values > MAX_VALUES => {
+                Some(format!("more than {MAX_VALUES} values in all (the limit of one run); split the input"))
+            }
+            None => None,
+        };
+        if let Some(message) = message {
             return Err(LoadError::Invalid {
                 place: Place { file: path.to_path_buf(), document: 1, item: None },
-                message: format!("nested more than {MAX_DEPTH} levels deep at line {line} column {column}"),
+                message,
             });
         }
         for (i, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
@@ -222,6 +245,9 @@ impl Loader {
         let Some(group) = expected_group(&kind) else {
             return Ok(()); // a kind the planner does not read
         };
+        if count_values(&value) > MAX_OBJECT_VALUES {
+            return Err(invalid(format!("more than {MAX_OBJECT_VALUES} values in one object")));
+        }
         let api_version =
             value.get("apiVersion").and_then(Value::as_str).ok_or_else(|| invalid("apiVersion: missing".into()))?;
         let (found_group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
@@ -333,6 +359,24 @@ fn short(value: &Value) -> String {
     }
 }
 
+/// Values in an object, counted until past the limit.
+fn count_values(value: &Value) -> usize {
+    let mut count = 0;
+    let mut stack = vec![value];
+    while let Some(v) = stack.pop() {
+        count += 1;
+        if count > MAX_OBJECT_VALUES {
+            break;
+        }
+        match v {
+            Value::Array(items) => stack.extend(items),
+            Value::Object(map) => stack.extend(map.values()),
+            _ => {}
+        }
+    }
+    count
+}
+
 /// Nesting depth of a parsed document.
 fn depth(value: &serde_yaml::Value) -> usize {
     match value {
@@ -343,22 +387,55 @@ fn depth(value: &serde_yaml::Value) -> usize {
     }
 }
 
-/// Where flow nesting (`[` and `{`) first passes `limit`, as (line, column),
-/// outside quoted scalars and comments. A linear scan: the YAML parser would
-/// take time quadratic in the depth before its own recursion limit applies.
-/// It errs only towards letting a document through to the parser.
-fn flow_nesting_beyond(text: &str, limit: usize) -> Option<(usize, usize)> {
+/// Most columns of indentation and block indicators at the start of a line.
+const MAX_INDENT: usize = 4 * MAX_DEPTH;
+
+/// What a linear scan of the text tells before the YAML parser sees it.
+struct Scan {
+    /// Where flow nesting first passed `MAX_DEPTH` or a line's indentation
+    /// passed `MAX_INDENT`, as ((line, column), whether it was flow nesting).
+    too_deep: Option<((usize, usize), bool)>,
+    /// At least the number of values: lines, flow openers and separators, block
+    /// indicators (counted only until past the budget).
+    values: usize,
+}
+
+/// Flow nesting (`[`, `{`) is counted outside quoted scalars and comments;
+/// block nesting is bounded by how far the indentation and the block
+/// indicators (`- `, `? `, `: `) that start a line reach: every level needs a
+/// column more (`- - - - x` is four levels). The YAML parser takes time
+/// quadratic in flow depth, and memory in block depth, before its own
+/// recursion limit applies. The scan errs only towards letting text through
+/// to the parser; nesting is checked again after parsing.
+fn scan(text: &str, budget: usize) -> Scan {
+    let (limit, indent) = (MAX_DEPTH, MAX_INDENT);
+    let mut values = 0usize;
     let (mut line, mut column, mut depth) = (1, 0, 0usize);
     let mut quote: Option<char> = None;
-    let mut comment = false;
+    let (mut comment, mut leading) = (false, true);
     // The previous character, and the last one on this line that was not a space ('\n' at its start).
     let (mut prev, mut last) = ('\n', '\n');
     let mut chars = text.chars().peekable();
     while let Some(c) = chars.next() {
         column += 1;
         if c == '\n' {
-            (line, column, comment, prev, last) = (line + 1, 0, false, '\n', '\n');
+            (line, column, comment, leading, prev, last) = (line + 1, 0, false, true, '\n', '\n');
+            values += 1;
+            if values > budget {
+                break;
+            }
             continue;
+        }
+        if leading && quote.is_none() {
+            let indicator = matches!(c, '-' | '?' | ':') && chars.peek().is_none_or(|n| n.is_whitespace());
+            values += usize::from(indicator);
+            if c == ' ' || c == '\t' || indicator {
+                if column > indent {
+                    return Scan { too_deep: Some(((line, column), false)), values };
+                }
+            } else {
+                leading = false;
+            }
         }
         if comment {
             continue;
@@ -380,8 +457,15 @@ fn flow_nesting_beyond(text: &str, limit: usize) -> Option<(usize, usize)> {
                 '"' | '\'' if matches!(last, '\n' | ':' | '-' | '[' | '{' | ',' | '?') => quote = Some(c),
                 '[' | '{' => {
                     depth += 1;
+                    values += 1;
                     if depth > limit {
-                        return Some((line, column));
+                        return Scan { too_deep: Some(((line, column), true)), values };
+                    }
+                }
+                ',' => {
+                    values += 1;
+                    if values > budget {
+                        break; // the caller refuses it: no need to read on
                     }
                 }
                 ']' | '}' => depth = depth.saturating_sub(1),
@@ -393,5 +477,5 @@ fn flow_nesting_beyond(text: &str, limit: usize) -> Option<(usize, usize)> {
             last = c;
         }
     }
-    None
+    Scan { too_deep: None, values }
 }
