@@ -59,7 +59,7 @@ pub enum LoadError {
     #[error("{place}: {message}")]
     Invalid { place: Place, message: String },
     #[error("{second}: {what} appears twice, different each time: also at {first}")]
-    Duplicate { what: String, first: Place, second: Place },
+    Duplicate { what: String, first: Box<Place>, second: Box<Place> },
 }
 
 /// Where an object was read: the file, the document, and the item of a List.
@@ -273,7 +273,7 @@ impl Loader {
             }
             let what =
                 if namespace.is_empty() { format!("{kind} {name}") } else { format!("{kind} {namespace}/{name}") };
-            return Err(LoadError::Duplicate { what, first: first.clone(), second: place });
+            return Err(LoadError::Duplicate { what, first: Box::new(first.clone()), second: Box::new(place) });
         }
         self.seen.insert(identity, (place.clone(), fingerprint));
         self.decode(&kind, value).map_err(invalid)
