@@ -178,6 +178,10 @@ pub fn check_database_url(url: &str) -> Result<(), String> {
     if host.is_empty() || host.contains(['[', ']', '@']) {
         return Err("names no host".into());
     }
+    let bracketed = hostport.starts_with('[');
+    if bracketed && !host.bytes().all(|b| b.is_ascii_hexdigit() || matches!(b, b':' | b'.')) {
+        return Err(format!("has [{host}] for a host, not an IPv6 address"));
+    }
     if let Some(port) = port {
         let valid =
             port.bytes().all(|b| b.is_ascii_digit()) && port.parse::<u32>().is_ok_and(|p| (1..=65535).contains(&p));
@@ -186,4 +190,49 @@ pub fn check_database_url(url: &str) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::check_database_url;
+    use crate::crd::DATABASE_URL_PATTERN;
+
+    fn schema_accepts(url: &str) -> bool {
+        regex::Regex::new(DATABASE_URL_PATTERN).expect("the CRD's pattern compiles").is_match(url)
+    }
+
+    #[test]
+    fn database_urls_name_a_host_and_a_port_in_range() {
+        for ok in ["postgres://orders-db.shop.svc:5432/orders", "mysql://u:p@db/x", "redis://[::1]:6379", "pg://db"] {
+            assert_eq!(check_database_url(ok), Ok(()), "{ok}");
+            assert!(schema_accepts(ok), "{ok}");
+        }
+        for bad in [
+            "orders-db:5432",
+            "postgres://:5432/x",
+            "pg://db:0",
+            "pg://db:65536",
+            "pg://db:x",
+            "pg://a b",
+            "1pg://db",
+            "pg://[g]",
+        ] {
+            assert!(check_database_url(bad).is_err(), "{bad}");
+            assert!(!schema_accepts(bad), "{bad}");
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, failure_persistence: None, ..ProptestConfig::default() })]
+
+        /// The cluster (the CRD's pattern) and the planner agree on every URL.
+        #[test]
+        fn the_crd_pattern_and_the_planner_agree(
+            url in "([a-z][a-z0-9+.-]{0,5}|[0-9+]{1,2})?(://|:/|//)?([a-z]{1,3}(:[a-z]{0,3})?@)?([a-z.-]{0,8}|\\[[0-9a-gz:.]{0,6}\\]?)(:[0-9a-z]{0,6})?([/?#][a-z /]{0,5})?",
+        ) {
+            prop_assert_eq!(check_database_url(&url).is_ok(), schema_accepts(&url), "{:?}: {:?}", url, check_database_url(&url));
+        }
+    }
 }
