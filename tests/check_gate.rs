@@ -115,6 +115,22 @@ fn two_different_bulkheads_with_one_name_are_refused() {
 }
 
 #[test]
+fn a_namespaced_object_without_a_namespace_is_refused() {
+    // Left in no namespace, reports-1 would match no class and the Node layer
+    // would look Separate (only checkout-1 and reports-2 on different nodes).
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = format!(
+        "{PLACED}{}{}{}",
+        pod("name: checkout-1", "checkout", "n-1"),
+        pod("name: reports-2", "reports", "n-2"),
+        pod("name: reports-1", "reports", "n-1").replace(", namespace: shop", "")
+    );
+    let (code, _, err) = check_text(dir.path(), &text);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("document 5: metadata.namespace: missing: a Pod lives in a namespace"), "{err}");
+}
+
+#[test]
 fn an_empty_node_name_means_not_scheduled() {
     let dir = tempfile::tempdir().expect("tempdir");
     let text = format!("{PLACED}{}{}", pod("name: c-1", "checkout", ""), pod("name: r-1", "reports", ""));

@@ -261,6 +261,13 @@ impl Loader {
             return Err(invalid(format!("apiVersion: {api_version} is not served (bulkhead.dev/v1alpha1 is)")));
         }
         let namespace = value.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or_default().to_string();
+        // kubectl would put a namespaced object in its context's namespace; here it
+        // would match no namespace at all, and the pods left out could turn Shared into Separate.
+        if namespace.is_empty() && namespaced(&kind) {
+            return Err(invalid(format!(
+                "metadata.namespace: missing: a {kind} lives in a namespace (kubectl get -o yaml prints it)"
+            )));
+        }
         let name = name_of(&mut value, &place).map_err(|m| invalid(m.to_string()))?;
         let identity = (kind.clone(), namespace.clone(), name.clone());
         let fingerprint = fingerprint(&value);
@@ -320,6 +327,10 @@ fn expected_group(kind: &str) -> Option<&'static str> {
         "PriorityClass" => "scheduling.k8s.io",
         _ => return None,
     })
+}
+
+fn namespaced(kind: &str) -> bool {
+    !matches!(kind, "Bulkhead" | "Namespace" | "Node" | "RuntimeClass" | "PriorityClass")
 }
 
 /// The object's name. An object with only `generateName` (a manifest for
