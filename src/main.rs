@@ -58,7 +58,8 @@ enum Command {
     Crd,
     /// Offline: print the objects the operator would write and the status it would report.
     Plan {
-        /// YAML or JSON files: Bulkheads and cluster objects (multi-document or kind: List).
+        /// YAML or JSON files, directories (their *.yaml, *.yml, *.json) or - for stdin:
+        /// Bulkheads and cluster objects (multi-document or kind: List); 16 MiB in all.
         #[arg(short = 'f', long = "file", required = true)]
         files: Vec<PathBuf>,
         #[arg(short = 'o', long = "output", value_enum, default_value = "yaml")]
@@ -69,7 +70,8 @@ enum Command {
     /// Offline: audit the layers the classes share; exit 0 isolated, 1 shared or
     /// unfundable, 2 only unverified with --strict, 3 bad input.
     Check {
-        /// YAML or JSON files: Bulkheads and cluster objects (multi-document or kind: List).
+        /// YAML or JSON files, directories (their *.yaml, *.yml, *.json) or - for stdin:
+        /// Bulkheads and cluster objects (multi-document or kind: List); 16 MiB in all.
         #[arg(short = 'f', long = "file", required = true)]
         files: Vec<PathBuf>,
         #[arg(short = 'o', long = "output", value_enum, default_value = "yaml")]
@@ -182,16 +184,16 @@ fn main() -> ExitCode {
     }
 }
 
-/// clap exits 2 on a usage error; `bulkhead shard` promises 3 for bad input
-/// (clap's message names the flag), like `plan` and `check` do for bad files.
+/// clap exits 2 on a usage error, which `check --strict` uses for "only
+/// Unverified remains": every usage error exits 3 (bad input) instead, for
+/// every subcommand (clap's message names the flag). Help and version exit 0.
 fn parse_error(e: clap::Error) -> ExitCode {
     use clap::error::ErrorKind;
-    let shown = matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion);
-    if !shown && std::env::args().nth(1).as_deref() == Some("shard") {
-        let _ = e.print();
-        return ExitCode::from(EXIT_INVALID_INPUT);
+    let _ = e.print();
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => ExitCode::SUCCESS,
+        _ => ExitCode::from(EXIT_INVALID_INPUT),
     }
-    e.exit()
 }
 
 fn shard(nodes: usize, shard_size: usize, tenants: u64, output: ShardOutput) -> ExitCode {
@@ -254,6 +256,9 @@ fn read_input(files: &[PathBuf]) -> Result<Input, ExitCode> {
         eprintln!("error: {e}");
         ExitCode::from(EXIT_INVALID_INPUT)
     })?;
+    for note in &input.notes {
+        eprintln!("note: {note}");
+    }
     if input.bulkheads.is_empty() {
         eprintln!(
             "error: no Bulkhead in {}",

@@ -22,7 +22,7 @@ pub struct PoolConfig {
     pub resource: String,
     pub scope: Scope,
     /// Replicas the fleet-wide numbers were divided by (1 for Instance).
-    pub divided_by: u32,
+    pub divided_by: u64,
     /// Units this replica may hand out in all.
     pub capacity: u32,
     /// Units any class may borrow beyond its floor, on this replica.

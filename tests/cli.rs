@@ -170,7 +170,11 @@ fn check_exits_1_for_an_unfundable_design_and_3_for_bad_input() {
     let (code, _, err) = bulkhead(&["check", "-f", f.to_str().expect("path")]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("Funded False (Unfundable)"), "{err}");
-    std::fs::write(&f, "kind: Bulkhead\nmetadata: {name: x}\nspec: {dimension: Sideways}\n").expect("write");
+    std::fs::write(
+        &f,
+        "apiVersion: bulkhead.dev/v1alpha1\nkind: Bulkhead\nmetadata: {name: x}\nspec: {dimension: Sideways}\n",
+    )
+    .expect("write");
     let (code, _, err) = bulkhead(&["check", "-f", f.to_str().expect("path")]);
     assert_eq!(code, 3);
     assert!(err.contains("unfunded.yaml: document 1") && err.contains("spec.dimension"), "{err}");

@@ -239,13 +239,33 @@ async fn a_bulkhead_the_types_cannot_read_is_reported_and_does_not_stall_others(
     let (cp, _) = started();
     let client = cp.client().await;
     let broken = format!("broken-{}", unique_suffix());
-    // The schema says "integer >= 0"; 2^33 passes it but not the u32 it maps to.
-    cp.apply_yaml(&bulkhead_yaml(
+    // The schema refuses 2^33 (its maximum is the u32's), but an object stored
+    // before the maximum existed can hold it. Recreate that: lift the maximum,
+    // store the object, put the maximum back.
+    let broken_yaml = bulkhead_yaml(
         &broken,
         "Tenant",
         "{resource: connections, capacity: 8589934592}",
         "  classes: [{name: a, reserved: 1}]\n",
-    ));
+    );
+    let maximum = "/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/pool/properties/capacity/maximum";
+    let patch_crd = |op: &str| {
+        let value = if op == "add" { r#","value":4294967295"# } else { "" };
+        cp.kubectl(&[
+            "patch",
+            "crd",
+            "bulkheads.bulkhead.dev",
+            "--type=json",
+            "-p",
+            &format!(r#"[{{"op":"{op}","path":"{maximum}"{value}}}]"#),
+        ]);
+    };
+    patch_crd("remove");
+    wait_for("the CRD without the maximum is served", SETTLE, || async {
+        cp.try_apply_yaml(&broken_yaml).0.then_some(())
+    })
+    .await;
+    patch_crd("add");
     let fine = format!("fine-{}", unique_suffix());
     cp.apply_yaml(&bulkhead_yaml(
         &fine,
@@ -552,11 +572,12 @@ async fn a_write_the_api_server_rejects_is_reported_and_retried_with_backoff() {
     let client = cp.client().await;
     let (_ns, label) = team_namespace("core-rejected").await;
     let name = format!("rejected-{}", unique_suffix());
-    // The schema cannot know which quota resource names the API server accepts.
-    cp.apply_yaml(&quota_bulkhead(&name, &label, &[("a", r#"{"not a resource!": "1"}"#)]));
+    // Neither the schema nor the planner knows which quota resource names the API
+    // server accepts: "not-a-resource" is a valid name, but no standard resource.
+    cp.apply_yaml(&quota_bulkhead(&name, &label, &[("a", r#"{"not-a-resource": "1"}"#)]));
     let (reason, message) = wait_condition(&client, &name, "Ready", "False").await;
     assert_eq!(reason, "ApplyFailed");
-    assert!(message.contains("not a resource!"), "{message}");
+    assert!(message.contains("not-a-resource"), "{message}");
     // The error is counted once the reconcile returns, just after it wrote the status.
     wait_for("the rejected write counted as an api error", Duration::from_secs(5), || async {
         let (_, metrics) = op.http_get("/metrics")?;

@@ -187,12 +187,12 @@ fn fleet(reserved: &[u32], shared: u32, capacity: u32) -> Bulkhead {
 #[test]
 fn a_fleet_pool_splits_over_replicas_and_never_exceeds_capacity() {
     let bh = fleet(&[30, 30, 30, 30], 80, 200);
-    for replicas in 1..=40u32 {
+    for replicas in 1..=40u64 {
         let (plan, _) = plan_capacity(&bh.spec, Some(Replicas { current: replicas, max: None }));
         let per_replica: u64 = plan.classes.iter().map(|c| u64::from(c.reserved_per_replica)).sum::<u64>()
             + u64::from(plan.per_replica_shared);
-        assert!(per_replica * u64::from(replicas) <= 200, "{replicas} replicas: fleet {per_replica} each");
-        assert_eq!(plan.fleet_capacity, Some(per_replica * u64::from(replicas)));
+        assert!(per_replica * replicas <= 200, "{replicas} replicas: fleet {per_replica} each");
+        assert_eq!(plan.fleet_capacity, Some(per_replica * replicas));
         for c in &plan.classes {
             assert!(c.ceiling_per_replica <= c.reserved_per_replica + plan.per_replica_shared);
             assert!(c.ceiling_per_replica >= c.reserved_per_replica);
@@ -307,6 +307,46 @@ fn an_invalid_spec_changes_nothing_in_the_cluster() {
     let p = plan(&bh, &snap);
     assert!(!p.is_valid());
     assert!(changes("t", &p, &snap, false).is_empty());
+}
+
+#[test]
+fn the_controller_reports_label_quantity_and_url_errors_as_invalid_spec() {
+    // What a cluster admits (the schema cannot state these) the planner refuses,
+    // with the same message `bulkhead check` prints.
+    let bh = bulkhead(
+        r#"apiVersion: bulkhead.dev/v1alpha1
+kind: Bulkhead
+metadata: {name: t}
+spec:
+  dimension: Tenant
+  pool: {resource: connections, capacity: 100}
+  classes:
+  - name: a
+    reserved: 10
+    pods: {namespaceSelector: {matchLabels: {team: shop}}, podSelector: {matchLabels: {"bad key!": x}}}
+    quota: {hard: {cpu: lots}}
+  - {name: b, reserved: 10, databases: ["postgres://db:70000/x"]}
+"#,
+    );
+    let snap = snapshot_with(vec![namespace("shop", &[("team", "shop")])], vec![]);
+    let p = plan(&bh, &snap);
+    let fields: Vec<&str> = p.errors.iter().map(|e| e.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        vec![
+            "spec.classes[0].quota.hard.cpu",
+            "spec.classes[1].databases[0]",
+            "spec.classes[0].pods.podSelector.matchLabels"
+        ],
+        "{:?}",
+        p.errors
+    );
+    let status = build_status(&bh, &p, None, &ApplyOutcome::NotApplied, None, &now());
+    let ready = status.conditions.iter().find(|c| c.type_ == "Ready").expect("Ready");
+    assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "InvalidSpec"));
+    assert!(ready.message.contains("\"lots\" is not a non-negative Kubernetes quantity"), "{}", ready.message);
+    assert!(ready.message.contains("port \"70000\", not a number from 1 to 65535"), "{}", ready.message);
+    assert!(changes("t", &p, &snap, false).is_empty(), "nothing is written for an invalid spec");
 }
 
 // --- quotas -------------------------------------------------------------------

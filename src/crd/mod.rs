@@ -1,12 +1,14 @@
 //! The `Bulkhead` custom resource: its spec (what a platform team declares),
 //! its status (what the operator reports) and the generated CRD.
 
+mod conformance;
 mod definition;
 mod shard;
 mod spec;
 mod status;
 mod vocabulary;
 
+pub use conformance::schema_errors;
 pub use definition::{crd_yaml, definition};
 pub use shard::*;
 pub use spec::*;

@@ -81,6 +81,7 @@ pub struct PoolSpec {
     pub resource: String,
     /// Units of the resource available. Per replica when scope is Instance;
     /// across all replicas of spec.workload when scope is Fleet.
+    #[schemars(range(max = 4294967295u32))]
     pub capacity: u32,
     /// Instance: capacity and reservations are per replica (fleet totals
     /// multiply with the replica count). Fleet: they are totals, split over
@@ -90,6 +91,7 @@ pub struct PoolSpec {
     /// Units every class may borrow beyond its floor, first come first served.
     /// Defaults to capacity minus the sum of the reservations.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 4294967295u32))]
     pub shared_surplus: Option<u32>,
 }
 
@@ -193,10 +195,12 @@ pub struct ClassSpec {
     #[schemars(length(min = 1, max = 63), regex(pattern = DNS_LABEL_PATTERN))]
     pub name: String,
     /// Units guaranteed to this class whatever the others do (its floor).
+    #[schemars(range(max = 4294967295u32))]
     pub reserved: u32,
     /// Most units this class may hold, floor plus borrowed surplus. Defaults to
     /// reserved + sharedSurplus and may not exceed it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 4294967295u32))]
     pub ceiling: Option<u32>,
     /// Marks the control-plane lane (health checks, admin) that must keep room
     /// during an overload.
@@ -213,7 +217,7 @@ pub struct ClassSpec {
     /// (postgres://orders-db.shop.svc:5432/orders). The audit resolves each to
     /// the instance behind it to tell whether two classes share one.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 16))]
+    #[schemars(length(max = 16), inner(length(min = 1, max = 2048), regex(pattern = DATABASE_URL_PATTERN)))]
     pub databases: Vec<String>,
     /// A dedicated node group: the operator claims `count` of the nodes that
     /// `selector` matches, labels them bulkhead.dev/<bulkhead>=<class> and
@@ -238,6 +242,13 @@ pub struct ClassSpec {
     pub priority: Option<i32>,
 }
 
+/// `scheme://[user[:password]@]host[:port][/path]`, the port from 1 to 65535
+/// (the planner checks the same, with a message per problem).
+pub const DATABASE_URL_PATTERN: &str = r"^[a-zA-Z][a-zA-Z0-9+.-]*://([^@/?#\s]*@)?([^:/?#\[\]@\s]+|\[[0-9a-fA-F:.]+\])(:(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3}))?([/?#]\S*)?$";
+
+/// A label key: an optional DNS-subdomain prefix and /, then a name of at most 63 characters.
+pub const LABEL_KEY_PATTERN: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$";
+
 /// A DNS-1123 subdomain: what Kubernetes accepts in most object names.
 pub const DNS_SUBDOMAIN_PATTERN: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
 
@@ -260,7 +271,7 @@ pub struct NodeGroupSpec {
 pub struct AntiAffinitySpec {
     /// The node label whose values are the domains to keep apart:
     /// kubernetes.io/hostname (one node) or topology.kubernetes.io/zone.
-    #[schemars(length(min = 1, max = 316))]
+    #[schemars(length(min = 1, max = 316), regex(pattern = LABEL_KEY_PATTERN))]
     pub topology_key: String,
 }
 

@@ -45,10 +45,10 @@ pub struct PoolStatus {
     pub shared_surplus: u32,
     /// Current desired replicas of spec.workload, when it was found.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub replicas: Option<u32>,
+    pub replicas: Option<u64>,
     /// maxReplicas of HorizontalPodAutoscalers that target the workload, summed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_replicas: Option<u32>,
+    pub max_replicas: Option<u64>,
     /// Capacity one replica enforces (Fleet: capacity split over max(replicas, maxReplicas)).
     pub per_replica_capacity: u32,
     /// Capacity the whole fleet may hold: at the current replica count, and at maxReplicas.

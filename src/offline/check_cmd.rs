@@ -1,6 +1,7 @@
 //! `bulkhead check`: the shared-layer audit for CI pipelines and GitOps
 //! review. Exit codes: 0 isolated and funded; 1 a required layer Shared or
-//! the design unfundable; 2 only Unverified remains and --strict; 3 bad input.
+//! the design unfundable; 2 only Unverified remains and --strict; 3 bad input
+//! (files or command-line arguments: usage errors never exit 2).
 
 use kube::ResourceExt;
 use serde_json::{json, Value};

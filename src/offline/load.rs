@@ -1,7 +1,17 @@
-//! Read Bulkheads and cluster objects from files: multi-document YAML or JSON,
-//! `kind: List` expanded. Errors name the file, the document and the field.
+//! Read Bulkheads and cluster objects from files, directories or stdin:
+//! multi-document YAML or JSON, `kind: List` expanded. Errors name the file,
+//! the document and the field.
+//!
+//! Limits, so that no input can hang the run or grow its memory:
+//! `MAX_INPUT_BYTES` over all inputs of a run, `MAX_DEPTH` levels of nesting,
+//! `MAX_VALUES` values in a run and `MAX_OBJECT_VALUES` in one object.
 
-use std::path::{Path, PathBuf};
+use std::{
+    collections::BTreeMap,
+    fmt,
+    io::Read,
+    path::{Path, PathBuf},
+};
 
 use k8s_openapi::api::{
     apps::v1::{Deployment, StatefulSet},
@@ -13,7 +23,26 @@ use k8s_openapi::api::{
 use serde::{de::DeserializeOwned, Deserialize};
 use serde_json::Value;
 
-use crate::{crd::Bulkhead, snapshot::Snapshot};
+use crate::{
+    crd::{schema_errors, Bulkhead},
+    snapshot::Snapshot,
+};
+
+/// Most bytes read in one run, all inputs together (16 MiB: a `kubectl get -A
+/// -o yaml` of a few thousand pods). More is refused before it is parsed.
+pub const MAX_INPUT_BYTES: usize = 16 << 20;
+/// Deepest nesting of a document (a Deployment nests about 15 levels). The
+/// YAML parser's time grows with the square of flow nesting (`[[[[…`), so the
+/// text is scanned for it before parsing.
+pub const MAX_DEPTH: usize = 64;
+/// Most values (scalars, lists, maps) in one run, estimated from the text
+/// before parsing: parsed values take about a hundred times their text.
+pub const MAX_VALUES: usize = 2_000_000;
+/// Most values in one object: decoded into API types, `{}` in a list of
+/// containers becomes a whole Container (a kilobyte and more).
+pub const MAX_OBJECT_VALUES: usize = 100_000;
+/// The command-line name of stdin.
+pub const STDIN: &str = "-";
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -23,8 +52,34 @@ pub enum LoadError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{file}: document {document}: {message}")]
-    Invalid { file: PathBuf, document: usize, message: String },
+    #[error("{file}: more than {MAX_INPUT_BYTES} bytes of input in all (the limit of one run); split the input")]
+    TooLarge { file: PathBuf },
+    #[error("{file}: no .yaml, .yml or .json files in this directory")]
+    EmptyDirectory { file: PathBuf },
+    #[error("{place}: {message}")]
+    Invalid { place: Place, message: String },
+    #[error("{second}: {what} appears twice, different each time: also at {first}")]
+    Duplicate { what: String, first: Box<Place>, second: Box<Place> },
+}
+
+/// Where an object was read: the file, the document, and the item of a List.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Place {
+    pub file: PathBuf,
+    /// 1-based.
+    pub document: usize,
+    /// `items[3]` (nested Lists: `items[3].items[0]`).
+    pub item: Option<String>,
+}
+
+impl fmt::Display for Place {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: document {}", self.file.display(), self.document)?;
+        match &self.item {
+            Some(item) => write!(f, ": {item}"),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Everything read from the files.
@@ -32,61 +87,264 @@ pub enum LoadError {
 pub struct Input {
     pub bulkheads: Vec<Bulkhead>,
     pub snapshot: Snapshot,
+    /// Objects left out, for a person to see (a Bulkhead of another API group).
+    pub notes: Vec<String>,
 }
 
+/// Read every input: a file, a directory (its *.yaml, *.yml and *.json, sorted,
+/// not recursive) or `-` for stdin.
 pub fn load_files(paths: &[PathBuf]) -> Result<Input, LoadError> {
-    let mut input = Input::default();
+    let mut loader = Loader::default();
     for path in paths {
-        let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read { file: path.clone(), source })?;
-        load_text(&mut input, path, &text)?;
+        if path.as_os_str() == STDIN {
+            let text = loader.read(path, std::io::stdin().lock())?;
+            loader.load_text(path, &text)?;
+        } else if path.is_dir() {
+            for file in directory_files(path)? {
+                let text = loader.read_file(&file)?;
+                loader.load_text(&file, &text)?;
+            }
+        } else {
+            let text = loader.read_file(path)?;
+            loader.load_text(path, &text)?;
+        }
     }
-    Ok(input)
+    Ok(loader.input)
 }
 
-fn load_text(input: &mut Input, path: &Path, text: &str) -> Result<(), LoadError> {
-    for (i, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
-        let document_no = i + 1;
-        let invalid = |message: String| LoadError::Invalid { file: path.to_path_buf(), document: document_no, message };
-        let value = serde_yaml::Value::deserialize(document).map_err(|e| invalid(format!("not YAML: {e}")))?;
-        let value: Value =
-            serde_json::to_value(value).map_err(|e| invalid(format!("not representable as JSON: {e}")))?;
-        if value.is_null() {
-            continue; // empty document (a trailing `---`)
-        }
-        add_object(input, value).map_err(invalid)?;
+/// Read YAML or JSON text as if from one file (the tests' and fuzzers' entry point).
+pub fn load_text(name: &Path, text: &str) -> Result<Input, LoadError> {
+    let mut loader = Loader::default();
+    if text.len() > MAX_INPUT_BYTES {
+        return Err(LoadError::TooLarge { file: name.to_path_buf() });
     }
-    Ok(())
+    loader.load_text(name, text)?;
+    Ok(loader.input)
 }
 
-fn add_object(input: &mut Input, value: Value) -> Result<(), String> {
-    let kind = value.get("kind").and_then(Value::as_str).ok_or("kind: missing")?.to_string();
-    if kind == "List" || kind.ends_with("List") && value.get("items").is_some() {
-        let items = value.get("items").and_then(Value::as_array).cloned().unwrap_or_default();
-        for (j, item) in items.into_iter().enumerate() {
-            add_object(input, item).map_err(|e| format!("items[{j}]: {e}"))?;
+fn directory_files(dir: &Path) -> Result<Vec<PathBuf>, LoadError> {
+    let read_error = |source| LoadError::Read { file: dir.to_path_buf(), source };
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(read_error)? {
+        let path = entry.map_err(read_error)?.path();
+        let wanted = path.extension().and_then(|e| e.to_str()).is_some_and(|e| matches!(e, "yaml" | "yml" | "json"));
+        if wanted && !path.is_dir() {
+            files.push(path);
         }
-        return Ok(());
     }
-    let snapshot = &mut input.snapshot;
-    match kind.as_str() {
-        "Bulkhead" => input.bulkheads.push(decode_bulkhead(value)?),
-        "Namespace" => snapshot.apply(&decode::<Namespace>(value)?),
-        "Deployment" => snapshot.apply(&decode::<Deployment>(value)?),
-        "StatefulSet" => snapshot.apply(&decode::<StatefulSet>(value)?),
-        // autoscaling/v1 and v2 agree on scaleTargetRef and maxReplicas.
-        "HorizontalPodAutoscaler" => snapshot.apply(&decode::<HorizontalPodAutoscaler>(value)?),
-        "Node" => snapshot.apply(&decode::<Node>(value)?),
-        "Pod" => snapshot.apply(&decode::<Pod>(value)?),
-        "Service" => snapshot.apply(&decode::<Service>(value)?),
-        "Endpoints" => snapshot.apply(&decode::<Endpoints>(value)?),
-        "RuntimeClass" => snapshot.apply(&decode::<RuntimeClass>(value)?),
-        "ConfigMap" => snapshot.apply(&decode::<ConfigMap>(value)?),
-        "ResourceQuota" => snapshot.apply(&decode::<ResourceQuota>(value)?),
-        "PriorityClass" => snapshot.apply(&decode::<PriorityClass>(value)?),
-        // Kinds the planner does not read.
-        _ => {}
+    if files.is_empty() {
+        return Err(LoadError::EmptyDirectory { file: dir.to_path_buf() });
     }
-    Ok(())
+    files.sort();
+    Ok(files)
+}
+
+/// Kind, namespace and name of an object read.
+type Identity = (String, String, String);
+
+#[derive(Default)]
+struct Loader {
+    input: Input,
+    /// Bytes read so far in this run.
+    read: usize,
+    /// Values (estimated) read so far in this run.
+    values: usize,
+    /// Where each object was first read, and a hash of it, to refuse a different second one.
+    seen: BTreeMap<Identity, (Place, u64)>,
+}
+
+impl Loader {
+    fn read_file(&mut self, path: &Path) -> Result<String, LoadError> {
+        let file = std::fs::File::open(path).map_err(|source| LoadError::Read { file: path.to_path_buf(), source })?;
+        self.read(path, file)
+    }
+
+    /// Read at most what is left of the budget (one byte more, to tell that it is exceeded).
+    fn read(&mut self, path: &Path, reader: impl Read) -> Result<String, LoadError> {
+        let left = MAX_INPUT_BYTES - self.read;
+        let mut bytes = Vec::new();
+        reader
+            .take(left as u64 + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|source| LoadError::Read { file: path.to_path_buf(), source })?;
+        if bytes.len() > left {
+            return Err(LoadError::TooLarge { file: path.to_path_buf() });
+        }
+        self.read += bytes.len();
+        String::from_utf8(bytes).map_err(|e| LoadError::Invalid {
+            place: Place { file: path.to_path_buf(), document: 1, item: None },
+            message: format!("not UTF-8 (byte {})", e.utf8_error().valid_up_to()),
+        })
+    }
+
+    fn load_text(&mut self, path: &Path, text: &str) -> Result<(), LoadError> {
+        // kubectl accepts a UTF-8 byte order mark.
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+        let scan = scan(text, MAX_VALUES.saturating_sub(self.values));
+        self.values = self.values.saturating_add(scan.values);
+        let message = match scan.too_deep {
+            Some(((line, column), true)) => {
+                Some(format!("nested more than {MAX_DEPTH} levels deep at line {line} column {column}"))
+            }
+            Some(((line, _), false)) => {
+                Some(format!("indented more than {MAX_INDENT} columns (nested too deep) at line {line}"))
+            }
+            None if self.values > MAX_VALUES => {
+                Some(format!("more than {MAX_VALUES} values in all (the limit of one run); split the input"))
+            }
+            None => None,
+        };
+        if let Some(message) = message {
+            return Err(LoadError::Invalid {
+                place: Place { file: path.to_path_buf(), document: 1, item: None },
+                message,
+            });
+        }
+        for (i, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
+            let place = Place { file: path.to_path_buf(), document: i + 1, item: None };
+            let invalid = |message: String| LoadError::Invalid { place: place.clone(), message };
+            let value = serde_yaml::Value::deserialize(document).map_err(|e| invalid(format!("not YAML: {e}")))?;
+            if depth(&value) > MAX_DEPTH {
+                return Err(invalid(format!("nested more than {MAX_DEPTH} levels deep")));
+            }
+            let value: Value =
+                serde_json::to_value(value).map_err(|e| invalid(format!("not representable as JSON: {e}")))?;
+            if value.is_null() {
+                continue; // empty document (a trailing `---`)
+            }
+            self.add_object(value, place)?;
+        }
+        Ok(())
+    }
+
+    fn add_object(&mut self, mut value: Value, place: Place) -> Result<(), LoadError> {
+        let invalid = |message: String| LoadError::Invalid { place: place.clone(), message };
+        if !value.is_object() {
+            return Err(invalid(format!("not an object but {}", short(&value))));
+        }
+        let kind =
+            value.get("kind").and_then(Value::as_str).ok_or_else(|| invalid("kind: missing".into()))?.to_string();
+        if kind == "List" || kind.ends_with("List") && value.get("items").is_some() {
+            let items = match value.get_mut("items").map(Value::take) {
+                Some(Value::Array(items)) => items,
+                None | Some(Value::Null) => Vec::new(),
+                Some(other) => return Err(invalid(format!("items: must be a list, not {}", short(&other)))),
+            };
+            for (j, item) in items.into_iter().enumerate() {
+                let item_place = Place {
+                    item: Some(match &place.item {
+                        Some(outer) => format!("{outer}.items[{j}]"),
+                        None => format!("items[{j}]"),
+                    }),
+                    ..place.clone()
+                };
+                self.add_object(item, item_place)?;
+            }
+            return Ok(());
+        }
+        let Some(group) = expected_group(&kind) else {
+            return Ok(()); // a kind the planner does not read
+        };
+        if count_values(&value) > MAX_OBJECT_VALUES {
+            return Err(invalid(format!("more than {MAX_OBJECT_VALUES} values in one object")));
+        }
+        let api_version =
+            value.get("apiVersion").and_then(Value::as_str).ok_or_else(|| invalid("apiVersion: missing".into()))?;
+        let (found_group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        if found_group != group {
+            self.input
+                .notes
+                .push(format!("{place}: ignored {kind} of apiVersion {api_version} (not {kind} of this tool)"));
+            return Ok(());
+        }
+        if kind == "Bulkhead" && version != "v1alpha1" {
+            return Err(invalid(format!("apiVersion: {api_version} is not served (bulkhead.dev/v1alpha1 is)")));
+        }
+        let namespace = value.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or_default().to_string();
+        // kubectl would put a namespaced object in its context's namespace; here it
+        // would match no namespace at all, and the pods left out could turn Shared into Separate.
+        if namespace.is_empty() && namespaced(&kind) {
+            return Err(invalid(format!(
+                "metadata.namespace: missing: a {kind} lives in a namespace (kubectl get -o yaml prints it)"
+            )));
+        }
+        let name = name_of(&mut value, &place).map_err(|m| invalid(m.to_string()))?;
+        let identity = (kind.clone(), namespace.clone(), name.clone());
+        let fingerprint = fingerprint(&value);
+        if let Some((first, first_fingerprint)) = self.seen.get(&identity) {
+            // The same object twice (one file passed twice, or a Namespace in two
+            // example files) changes nothing; two different ones would silently
+            // overwrite each other.
+            if *first_fingerprint == fingerprint {
+                return Ok(());
+            }
+            let what =
+                if namespace.is_empty() { format!("{kind} {name}") } else { format!("{kind} {namespace}/{name}") };
+            return Err(LoadError::Duplicate { what, first: Box::new(first.clone()), second: Box::new(place) });
+        }
+        self.seen.insert(identity, (place.clone(), fingerprint));
+        self.decode(&kind, value).map_err(invalid)
+    }
+
+    fn decode(&mut self, kind: &str, value: Value) -> Result<(), String> {
+        let snapshot = &mut self.input.snapshot;
+        match kind {
+            "Bulkhead" => self.input.bulkheads.push(decode_bulkhead(value)?),
+            "Namespace" => snapshot.apply(&decode::<Namespace>(value)?),
+            "Deployment" => snapshot.apply(&decode::<Deployment>(value)?),
+            "StatefulSet" => snapshot.apply(&decode::<StatefulSet>(value)?),
+            // autoscaling/v1 and v2 agree on scaleTargetRef and maxReplicas.
+            "HorizontalPodAutoscaler" => snapshot.apply(&decode::<HorizontalPodAutoscaler>(value)?),
+            "Node" => snapshot.apply(&decode::<Node>(value)?),
+            "Pod" => snapshot.apply(&decode::<Pod>(value)?),
+            "Service" => snapshot.apply(&decode::<Service>(value)?),
+            "Endpoints" => snapshot.apply(&decode::<Endpoints>(value)?),
+            "RuntimeClass" => snapshot.apply(&decode::<RuntimeClass>(value)?),
+            "ConfigMap" => snapshot.apply(&decode::<ConfigMap>(value)?),
+            "ResourceQuota" => snapshot.apply(&decode::<ResourceQuota>(value)?),
+            "PriorityClass" => snapshot.apply(&decode::<PriorityClass>(value)?),
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+fn fingerprint(value: &Value) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    value.to_string().hash(&mut hasher);
+    hasher.finish()
+}
+
+/// The API group of each kind the planner reads ("" is the core group).
+fn expected_group(kind: &str) -> Option<&'static str> {
+    Some(match kind {
+        "Bulkhead" => "bulkhead.dev",
+        "Namespace" | "Node" | "Pod" | "Service" | "Endpoints" | "ConfigMap" | "ResourceQuota" => "",
+        "Deployment" | "StatefulSet" => "apps",
+        "HorizontalPodAutoscaler" => "autoscaling",
+        "RuntimeClass" => "node.k8s.io",
+        "PriorityClass" => "scheduling.k8s.io",
+        _ => return None,
+    })
+}
+
+fn namespaced(kind: &str) -> bool {
+    !matches!(kind, "Bulkhead" | "Namespace" | "Node" | "RuntimeClass" | "PriorityClass")
+}
+
+/// The object's name. An object with only `generateName` (a manifest for
+/// `kubectl create`) is given one of its own, made from where it was read,
+/// so that two such pods never collapse into one.
+fn name_of(value: &mut Value, place: &Place) -> Result<String, &'static str> {
+    let meta = value.get_mut("metadata").and_then(Value::as_object_mut).ok_or("metadata: missing")?;
+    if let Some(name) = meta.get("name").and_then(Value::as_str).filter(|n| !n.is_empty()) {
+        return Ok(name.to_string());
+    }
+    let prefix = meta.get("generateName").and_then(Value::as_str).ok_or("metadata.name: missing")?;
+    let name = format!("{prefix}<{place}>");
+    meta.insert("name".into(), Value::String(name.clone()));
+    Ok(name)
 }
 
 /// Decode with the path of the failing field in the message.
@@ -94,7 +352,141 @@ fn decode<K: DeserializeOwned>(value: Value) -> Result<K, String> {
     serde_path_to_error::deserialize::<_, K>(value).map_err(|e| format!("{}: {}", e.path(), e.inner()))
 }
 
+/// A Bulkhead must first pass the CRD schema, as in the cluster.
 fn decode_bulkhead(value: Value) -> Result<Bulkhead, String> {
     let name = value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("<unnamed>").to_string();
+    let errors = schema_errors(&value);
+    if !errors.is_empty() {
+        return Err(format!("Bulkhead {name}: {}", errors.join("; ")));
+    }
     decode::<Bulkhead>(value).map_err(|e| format!("Bulkhead {name}: {e}"))
+}
+
+fn short(value: &Value) -> String {
+    let text = value.to_string();
+    match text.char_indices().nth(40) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text,
+    }
+}
+
+/// Values in an object, counted until past the limit.
+fn count_values(value: &Value) -> usize {
+    let mut count = 0;
+    let mut stack = vec![value];
+    while let Some(v) = stack.pop() {
+        count += 1;
+        if count > MAX_OBJECT_VALUES {
+            break;
+        }
+        match v {
+            Value::Array(items) => stack.extend(items),
+            Value::Object(map) => stack.extend(map.values()),
+            _ => {}
+        }
+    }
+    count
+}
+
+/// Nesting depth of a parsed document.
+fn depth(value: &serde_yaml::Value) -> usize {
+    match value {
+        serde_yaml::Value::Sequence(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
+        serde_yaml::Value::Mapping(map) => 1 + map.iter().map(|(k, v)| depth(k).max(depth(v))).max().unwrap_or(0),
+        serde_yaml::Value::Tagged(tagged) => depth(&tagged.value),
+        _ => 0,
+    }
+}
+
+/// Most columns of indentation and block indicators at the start of a line.
+const MAX_INDENT: usize = 4 * MAX_DEPTH;
+
+/// What a linear scan of the text tells before the YAML parser sees it.
+struct Scan {
+    /// Where flow nesting first passed `MAX_DEPTH` or a line's indentation
+    /// passed `MAX_INDENT`, as ((line, column), whether it was flow nesting).
+    too_deep: Option<((usize, usize), bool)>,
+    /// At least the number of values: lines, flow openers and separators, block
+    /// indicators (counted only until past the budget).
+    values: usize,
+}
+
+/// Flow nesting (`[`, `{`) is counted outside quoted scalars and comments;
+/// block nesting is bounded by how far the indentation and the block
+/// indicators (`- `, `? `, `: `) that start a line reach: every level needs a
+/// column more (`- - - - x` is four levels). The YAML parser takes time
+/// quadratic in flow depth, and memory in block depth, before its own
+/// recursion limit applies. The scan errs only towards letting text through
+/// to the parser; nesting is checked again after parsing.
+fn scan(text: &str, budget: usize) -> Scan {
+    let (limit, indent) = (MAX_DEPTH, MAX_INDENT);
+    let mut values = 0usize;
+    let (mut line, mut column, mut depth) = (1, 0, 0usize);
+    let mut quote: Option<char> = None;
+    let (mut comment, mut leading) = (false, true);
+    // The previous character, and the last one on this line that was not a space ('\n' at its start).
+    let (mut prev, mut last) = ('\n', '\n');
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        column += 1;
+        if c == '\n' {
+            (line, column, comment, leading, prev, last) = (line + 1, 0, false, true, '\n', '\n');
+            values += 1;
+            if values > budget {
+                break;
+            }
+            continue;
+        }
+        if leading && quote.is_none() {
+            let indicator = matches!(c, '-' | '?' | ':') && chars.peek().is_none_or(|n| n.is_whitespace());
+            values += usize::from(indicator);
+            if c == ' ' || c == '\t' || indicator {
+                if column > indent {
+                    return Scan { too_deep: Some(((line, column), false)), values };
+                }
+            } else {
+                leading = false;
+            }
+        }
+        if comment {
+            continue;
+        }
+        match quote {
+            Some('"') if c == '\\' => {
+                chars.next();
+                column += 1;
+            }
+            Some('\'') if c == '\'' && chars.peek() == Some(&'\'') => {
+                chars.next();
+                column += 1;
+            }
+            Some(q) if c == q => quote = None,
+            Some(_) => {}
+            None => match c {
+                '#' if prev.is_whitespace() => comment = true,
+                // A quote opens a scalar only where a value or key may start.
+                '"' | '\'' if matches!(last, '\n' | ':' | '-' | '[' | '{' | ',' | '?') => quote = Some(c),
+                '[' | '{' => {
+                    depth += 1;
+                    values += 1;
+                    if depth > limit {
+                        return Scan { too_deep: Some(((line, column), true)), values };
+                    }
+                }
+                ',' => {
+                    values += 1;
+                    if values > budget {
+                        break; // the caller refuses it: no need to read on
+                    }
+                }
+                ']' | '}' => depth = depth.saturating_sub(1),
+                _ => {}
+            },
+        }
+        prev = c;
+        if !c.is_whitespace() {
+            last = c;
+        }
+    }
+    Scan { too_deep: None, values }
 }

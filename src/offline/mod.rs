@@ -7,8 +7,8 @@ mod load;
 mod plan_cmd;
 
 pub use check_cmd::{
-    advice, check_report, CheckReport, EXIT_INVALID_INPUT, EXIT_SHARED_OR_UNFUNDED, EXIT_UNVERIFIED_STRICT,
+    advice, check_report, CheckReport, EXIT_INVALID_INPUT, EXIT_OK, EXIT_SHARED_OR_UNFUNDED, EXIT_UNVERIFIED_STRICT,
 };
 pub use evaluate::{evaluate_all, Evaluated};
-pub use load::{load_files, Input, LoadError};
+pub use load::{load_files, load_text, Input, LoadError, Place, MAX_DEPTH, MAX_INPUT_BYTES, STDIN};
 pub use plan_cmd::{plan_report, OutputFormat, PlanReport};

@@ -58,11 +58,12 @@ pub struct CapacityPlan {
     /// None when the Bulkhead names no workload.
     pub replicas: Option<Replicas>,
     /// 1 for Instance; the replicas a Fleet pool is split over.
-    pub divisor: u32,
+    pub divisor: u64,
     pub per_replica_capacity: u32,
     pub per_replica_shared: u32,
     /// Instance: capacity × replicas, since per-process limits multiply.
-    /// Fleet: what the per-replica split adds up to.
+    /// Fleet: what the per-replica split adds up to. None also when the
+    /// product does not fit in u64 (it is never rounded).
     pub fleet_capacity: Option<u64>,
     pub fleet_capacity_at_max: Option<u64>,
     pub classes: Vec<ClassCapacity>,
@@ -74,23 +75,26 @@ pub fn plan_capacity(spec: &BulkheadSpec, replicas: Option<Replicas>) -> (Capaci
     let pool = &spec.pool;
     let capacity = pool.capacity;
     let reserved_total: u64 = spec.classes.iter().map(|c| u64::from(c.reserved)).sum();
+    // capacity - reserved_total is at most capacity, so it fits in u32.
     let shared = pool
         .shared_surplus
-        .unwrap_or_else(|| u32::try_from(u64::from(capacity).saturating_sub(reserved_total)).unwrap_or(0));
+        .unwrap_or_else(|| u32::try_from(u64::from(capacity).saturating_sub(reserved_total)).unwrap_or(capacity));
     let mut errors = Vec::new();
 
     let divisor = match pool.scope {
         Scope::Instance => 1,
         Scope::Fleet => replicas.unwrap_or_default().divisor(),
     };
-    let per_replica_shared = shared / divisor;
+    let per_replica_shared = split(shared, divisor);
 
     let classes: Vec<ClassCapacity> = spec
         .classes
         .iter()
         .enumerate()
         .map(|(i, class)| {
-            let most = class.reserved.saturating_add(shared);
+            // Exact: a floor plus the surplus may pass u32::MAX; the ceiling is then capped there
+            // (it is a u32 in the spec), which is no limit any capacity can reach.
+            let most = u32::try_from(u64::from(class.reserved) + u64::from(shared)).unwrap_or(u32::MAX);
             let ceiling = match class.ceiling {
                 None => most,
                 Some(c) if c < class.reserved => {
@@ -112,8 +116,10 @@ pub fn plan_capacity(spec: &BulkheadSpec, replicas: Option<Replicas>) -> (Capaci
                 }
                 Some(c) => c,
             };
-            let reserved_per_replica = class.reserved / divisor;
-            let ceiling_per_replica = (ceiling / divisor).min(reserved_per_replica.saturating_add(per_replica_shared));
+            let reserved_per_replica = split(class.reserved, divisor);
+            let floor_plus_surplus = u64::from(reserved_per_replica) + u64::from(per_replica_shared);
+            let ceiling_per_replica =
+                u32::try_from(u64::from(split(ceiling, divisor)).min(floor_plus_surplus)).unwrap_or(u32::MAX);
             ClassCapacity {
                 name: class.name.clone(),
                 critical: class.critical,
@@ -128,16 +134,20 @@ pub fn plan_capacity(spec: &BulkheadSpec, replicas: Option<Replicas>) -> (Capaci
         .collect();
 
     let funding = funding(spec, &classes, reserved_total, shared, divisor);
-    let per_replica_capacity = capacity / divisor;
+    let per_replica_capacity = split(capacity, divisor);
     let (fleet_capacity, fleet_capacity_at_max) = match (pool.scope, replicas) {
         (_, None) => (None, None),
         (Scope::Instance, Some(r)) => {
-            (Some(u64::from(capacity) * u64::from(r.current)), r.max.map(|m| u64::from(capacity) * u64::from(m)))
+            let capacity = u64::from(capacity);
+            (capacity.checked_mul(r.current), r.max.and_then(|m| capacity.checked_mul(m)))
         }
         (Scope::Fleet, Some(r)) => {
-            let per_replica: u64 =
-                classes.iter().map(|c| u64::from(c.reserved_per_replica)).sum::<u64>() + u64::from(per_replica_shared);
-            (Some(per_replica * u64::from(r.current)), r.max.map(|m| per_replica * u64::from(m)))
+            // At most 64 classes (validated) of u32 each, plus a u32: far from u64::MAX; checked all the same.
+            let per_replica = classes
+                .iter()
+                .try_fold(u64::from(per_replica_shared), |sum, c| sum.checked_add(u64::from(c.reserved_per_replica)));
+            let times = |n: u64| per_replica.and_then(|p| p.checked_mul(n));
+            (times(r.current), r.max.and_then(times))
         }
     };
 
@@ -158,7 +168,13 @@ pub fn plan_capacity(spec: &BulkheadSpec, replicas: Option<Replicas>) -> (Capaci
     (plan, errors)
 }
 
-fn funding(spec: &BulkheadSpec, classes: &[ClassCapacity], reserved_total: u64, shared: u32, divisor: u32) -> Funding {
+/// A fleet-wide number split over `divisor` replicas, rounded down. The
+/// quotient of a u32 by a divisor of at least 1 always fits in u32.
+fn split(value: u32, divisor: u64) -> u32 {
+    u32::try_from(u64::from(value) / divisor.max(1)).unwrap_or(value)
+}
+
+fn funding(spec: &BulkheadSpec, classes: &[ClassCapacity], reserved_total: u64, shared: u32, divisor: u64) -> Funding {
     let capacity = u64::from(spec.pool.capacity);
     let needed = reserved_total + u64::from(shared);
     let sum = if classes.is_empty() {

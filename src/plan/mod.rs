@@ -20,6 +20,7 @@ use k8s_openapi::api::{
 };
 use kube::{api::ObjectMeta, Resource, ResourceExt};
 
+pub use crate::select::is_dns_label;
 pub use capacity::{plan_capacity, CapacityPlan, ClassCapacity, Funding};
 pub use changes::{changes, teardown, Change};
 pub use nodes::{claim_key, merge_taints, ClassNodes, NodeChange, NodeGroupPlan, CLAIM_EFFECT};
@@ -32,7 +33,7 @@ pub use proxy::{
 pub use quantity::nano_units;
 pub use quotas::{quota_name, QuotaCollision};
 pub use shard::{is_tenant, ShardPlan, HOSTNAME_LABEL};
-pub use validate::{is_dns_label, validate};
+pub use validate::validate;
 
 use nodes::plan_node_groups;
 use placement::plan_placement;

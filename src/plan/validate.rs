@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 
 use crate::{
     crd::{Bulkhead, Scope},
-    select::{Selection, SpecError},
+    select::{is_dns_label, is_qualified_name, Selection, SpecError},
 };
 
 /// Longest Bulkhead name: it becomes a label value on everything the operator writes.
@@ -85,6 +85,26 @@ fn rules(bulkhead: &Bulkhead) -> Vec<SpecError> {
         if class.databases.len() > MAX_DATABASES {
             errors.push(SpecError::new(field("databases"), format!("at most {MAX_DATABASES} URLs")));
         }
+        for (j, url) in class.databases.iter().enumerate() {
+            if let Err(problem) = check_database_url(url) {
+                errors.push(SpecError::new(field(&format!("databases[{j}]")), format!("{url:?} {problem}")));
+            }
+        }
+        for (resource, quantity) in class.quota.iter().flat_map(|q| &q.hard) {
+            let here = || field(&format!("quota.hard.{resource}"));
+            if !is_qualified_name(resource) {
+                errors.push(SpecError::new(
+                    here(),
+                    format!("{resource:?} is not a resource name (like cpu, requests.memory, pods)"),
+                ));
+            }
+            if !is_quantity(&quantity.0) {
+                errors.push(SpecError::new(
+                    here(),
+                    format!("{:?} is not a non-negative Kubernetes quantity (like 500m, 2 or 4Gi)", quantity.0),
+                ));
+            }
+        }
         if !seen.insert(class.name.as_str()) {
             errors.push(SpecError::new(field("name"), format!("duplicate class name {:?}", class.name)));
         }
@@ -121,28 +141,99 @@ fn rules(bulkhead: &Bulkhead) -> Vec<SpecError> {
     errors
 }
 
-/// DNS-1123 label: lower-case alphanumerics and '-', starting and ending alphanumeric, 1-63 long.
-pub fn is_dns_label(s: &str) -> bool {
-    let bytes = s.as_bytes();
-    !bytes.is_empty()
-        && bytes.len() <= 63
-        && bytes.iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
-        && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
-        && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
+/// What a ResourceQuota's hard limit accepts: a quantity as the API server
+/// parses it (no spaces), not below zero.
+fn is_quantity(q: &str) -> bool {
+    !q.is_empty() && q.trim() == q && super::quantity::nano_units(q).is_some_and(|n| n >= 0)
 }
 
-/// A label key: an optional DNS-subdomain prefix and `/`, then a name of at
-/// most 63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric.
-fn is_qualified_name(s: &str) -> bool {
-    let (prefix, name) = match s.rsplit_once('/') {
-        Some((p, n)) => (Some(p), n),
-        None => (None, s),
+/// A database URL the audit can resolve: `scheme://[user[:password]@]host[:port][/path][?query]`,
+/// with a port from 1 to 65535. The CRD states the same as a pattern.
+pub fn check_database_url(url: &str) -> Result<(), String> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Err("is not a URL (scheme://host[:port][/database])".into());
     };
-    let name_ok = !name.is_empty()
-        && name.len() <= 63
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-        && name.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
-        && name.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric());
-    let prefix_ok = prefix.is_none_or(|p| !p.is_empty() && p.len() <= 253 && p.split('.').all(is_dns_label));
-    name_ok && prefix_ok
+    let scheme_ok = scheme.bytes().next().is_some_and(|b| b.is_ascii_alphabetic())
+        && scheme.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'.' | b'-'));
+    if !scheme_ok {
+        return Err(format!("has no valid scheme ({scheme:?})"));
+    }
+    if url.chars().any(char::is_whitespace) {
+        return Err("contains white space".into());
+    }
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let hostport = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let (host, port) = if let Some(v6) = hostport.strip_prefix('[') {
+        let (host, after) = v6.split_once(']').ok_or("has an unclosed [ in its host")?;
+        let port = match after {
+            "" => None,
+            p => Some(p.strip_prefix(':').ok_or("has text after its IPv6 host")?),
+        };
+        (host, port)
+    } else {
+        match hostport.split_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (hostport, None),
+        }
+    };
+    if host.is_empty() || host.contains(['[', ']', '@']) {
+        return Err("names no host".into());
+    }
+    let bracketed = hostport.starts_with('[');
+    if bracketed && !host.bytes().all(|b| b.is_ascii_hexdigit() || matches!(b, b':' | b'.')) {
+        return Err(format!("has [{host}] for a host, not an IPv6 address"));
+    }
+    if let Some(port) = port {
+        let valid =
+            port.bytes().all(|b| b.is_ascii_digit()) && port.parse::<u32>().is_ok_and(|p| (1..=65535).contains(&p));
+        if !valid {
+            return Err(format!("has port {port:?}, not a number from 1 to 65535"));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::check_database_url;
+    use crate::crd::DATABASE_URL_PATTERN;
+
+    fn schema_accepts(url: &str) -> bool {
+        regex::Regex::new(DATABASE_URL_PATTERN).expect("the CRD's pattern compiles").is_match(url)
+    }
+
+    #[test]
+    fn database_urls_name_a_host_and_a_port_in_range() {
+        for ok in ["postgres://orders-db.shop.svc:5432/orders", "mysql://u:p@db/x", "redis://[::1]:6379", "pg://db"] {
+            assert_eq!(check_database_url(ok), Ok(()), "{ok}");
+            assert!(schema_accepts(ok), "{ok}");
+        }
+        for bad in [
+            "orders-db:5432",
+            "postgres://:5432/x",
+            "pg://db:0",
+            "pg://db:65536",
+            "pg://db:x",
+            "pg://a b",
+            "1pg://db",
+            "pg://[g]",
+        ] {
+            assert!(check_database_url(bad).is_err(), "{bad}");
+            assert!(!schema_accepts(bad), "{bad}");
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, failure_persistence: None, ..ProptestConfig::default() })]
+
+        /// The cluster (the CRD's pattern) and the planner agree on every URL.
+        #[test]
+        fn the_crd_pattern_and_the_planner_agree(
+            url in "([a-z][a-z0-9+.-]{0,5}|[0-9+]{1,2})?(://|:/|//)?([a-z]{1,3}(:[a-z]{0,3})?@)?([a-z.-]{0,8}|\\[[0-9a-gz:.]{0,6}\\]?)(:[0-9a-z]{0,6})?([/?#][a-z /]{0,5})?",
+        ) {
+            prop_assert_eq!(check_database_url(&url).is_ok(), schema_accepts(&url), "{:?}: {:?}", url, check_database_url(&url));
+        }
+    }
 }

@@ -4,7 +4,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
-use super::SpecError;
+use super::{is_label_value, is_qualified_name, SpecError};
 use crate::snapshot::LabelLookup;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -22,11 +22,20 @@ pub struct Matcher(Option<Vec<Requirement>>);
 impl Matcher {
     pub fn parse(selector: Option<&LabelSelector>, field: &str) -> Result<Self, SpecError> {
         let Some(selector) = selector else { return Ok(Matcher(None)) };
+        for (k, v) in selector.match_labels.iter().flatten() {
+            check_label(&format!("{field}.matchLabels"), k, Some(v))?;
+        }
         let mut reqs: Vec<Requirement> =
             selector.match_labels.iter().flatten().map(|(k, v)| Requirement::In(k.clone(), vec![v.clone()])).collect();
         for (i, e) in selector.match_expressions.iter().flatten().enumerate() {
             let values = e.values.clone().unwrap_or_default();
             let here = || format!("{field}.matchExpressions[{i}]");
+            check_label(&format!("{}.key", here()), &e.key, None)?;
+            for (j, v) in values.iter().enumerate() {
+                if !is_label_value(v) {
+                    return Err(SpecError::new(format!("{}.values[{j}]", here()), label_value_message(v)));
+                }
+            }
             let req = match e.operator.as_str() {
                 "In" | "NotIn" if values.is_empty() => {
                     return Err(SpecError::new(here(), format!("operator {} needs values", e.operator)))
@@ -69,4 +78,28 @@ impl Matcher {
             Requirement::DoesNotExist(k) => labels.label(k).is_none(),
         })
     }
+}
+
+/// The API server's rules for a label key and, when given, its value.
+fn check_label(field: &str, key: &str, value: Option<&str>) -> Result<(), SpecError> {
+    if !is_qualified_name(key) {
+        return Err(SpecError::new(
+            field,
+            format!(
+                "{key:?} is not a valid label key (an optional DNS-subdomain prefix and /, then at most 63 \
+                 alphanumerics, '-', '_' or '.', starting and ending alphanumeric)"
+            ),
+        ));
+    }
+    match value {
+        Some(v) if !is_label_value(v) => Err(SpecError::new(format!("{field}.{key}"), label_value_message(v))),
+        _ => Ok(()),
+    }
+}
+
+fn label_value_message(value: &str) -> String {
+    format!(
+        "{value:?} is not a valid label value (at most 63 alphanumerics, '-', '_' or '.', starting and ending \
+         alphanumeric)"
+    )
 }

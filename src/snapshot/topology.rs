@@ -59,7 +59,8 @@ impl PodInfo {
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
         Self {
             labels: interner.labels(pod.metadata.labels.iter().flatten()),
-            node: spec.and_then(|s| s.node_name.as_deref()).map(|n| interner.intern(n)),
+            // The API treats an empty nodeName as unset: the pod is not scheduled.
+            node: spec.and_then(|s| s.node_name.as_deref()).filter(|n| !n.is_empty()).map(|n| interner.intern(n)),
             runtime_class: spec.and_then(|s| s.runtime_class_name.as_deref()).map(|r| interner.intern(r)),
             ip: pod.status.as_ref().and_then(|s| s.pod_ip.as_deref()).map(Box::from),
             finished: matches!(phase, Some("Succeeded" | "Failed")),
