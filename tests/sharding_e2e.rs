@@ -192,7 +192,8 @@ async fn tenants_run_only_on_their_shards_a_lost_node_reshards_only_its_holders_
     // 2. The offline planner gives the same shards from the same nodes.
     assert_eq!(offline_shards(cp, &yaml, &suffix), held, "bulkhead plan and the controller agree");
 
-    // 3. At rest: nothing is written (Events aside).
+    // 3. At rest: once the old pods are gone and the audit has seen it, nothing is written (Events aside).
+    audit::wait_quiet(&cp.dir, USER, Duration::from_secs(2), SETTLE).await;
     let since = audit::now_rfc3339();
     cp.kubectl(&["label", "namespace", &ns.name, "poke=1"]);
     tokio::time::sleep(Duration::from_secs(3)).await;

@@ -40,3 +40,20 @@ pub fn writes_by(cp_dir: &Path, user: &str, since: &str) -> Vec<Write> {
 pub fn now_rfc3339() -> String {
     jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S.%6fZ").to_string()
 }
+
+/// Wait until `user` has written nothing (Events aside) for `quiet`, so that a
+/// check of writes at rest starts after the last reaction to earlier changes
+/// (an old pod going away still moves the audit). Panics after `timeout`.
+pub async fn wait_quiet(cp_dir: &Path, user: &str, quiet: std::time::Duration, timeout: std::time::Duration) {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let since = now_rfc3339();
+        tokio::time::sleep(quiet).await;
+        let writes: Vec<Write> =
+            writes_by(cp_dir, user, &since).into_iter().filter(|w| !w.uri.contains("/events")).collect();
+        if writes.is_empty() {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{user} kept writing for {timeout:?}: {writes:?}");
+    }
+}
