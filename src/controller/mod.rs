@@ -34,7 +34,7 @@ use kube::{
 use tracing::{info, warn};
 
 pub use error::Error;
-pub use metrics::Metrics;
+pub use metrics::{ErrorLabels, Metrics};
 pub use observe::SharedSnapshot;
 pub use recorder::EVENTS_NAMESPACE;
 

@@ -204,8 +204,10 @@ mod tests {
         answer: impl Fn(&str, &str) -> u16 + Send + 'static,
     ) -> (Vec<Result<Published, u16>>, Vec<(String, String, Value)>) {
         let (service, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
-        let recorder =
-            EventRecorder::new(Client::new(service, "default"), Reporter { controller: "bulkhead".into(), instance: None });
+        let recorder = EventRecorder::new(
+            Client::new(service, "default"),
+            Reporter { controller: "bulkhead".into(), instance: None },
+        );
         let notes: Vec<String> = notes.iter().map(ToString::to_string).collect();
         let task = tokio::spawn(async move {
             let mut results = Vec::new();
@@ -232,7 +234,10 @@ mod tests {
             };
             seen.push((method, path, body));
             send.send_response(
-                Response::builder().status(code).body(Body::from(serde_json::to_vec(&reply).expect("json"))).expect("ok"),
+                Response::builder()
+                    .status(code)
+                    .body(Body::from(serde_json::to_vec(&reply).expect("json")))
+                    .expect("ok"),
             );
         }
         (task.await.expect("task"), seen)

@@ -10,10 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{
     client::Body,
     core::{error_boundary::InvalidObject, DeserializeGuard},
-    runtime::{
-        controller::Action,
-        events::Reporter,
-    },
+    runtime::{controller::Action, events::Reporter},
     Client,
 };
 use serde_json::{json, Value};

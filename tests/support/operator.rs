@@ -82,8 +82,14 @@ impl Operator {
     /// Start an operator process under the chart's RBAC; it is stopped when the
     /// test binary exits, however it exits.
     pub fn start(instance: &str, extra_args: &[&str]) -> Operator {
+        Operator::start_as(install_chart(), instance, extra_args)
+    }
+
+    /// Start an operator process with the credentials in `kubeconfig` (a
+    /// chart's ServiceAccount the caller installed itself).
+    pub fn start_as(kubeconfig: &std::path::Path, instance: &str, extra_args: &[&str]) -> Operator {
         let cp = ControlPlane::get();
-        let kubeconfig = install_chart().clone();
+        let kubeconfig = kubeconfig.to_path_buf();
         let port = free_port();
         let log = cp.dir.join(format!("operator-{instance}.log"));
         let pid_file = cp.dir.join(format!("operator-{instance}.pid"));
