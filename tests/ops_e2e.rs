@@ -102,7 +102,7 @@ fn workloads(ns: &str, suffix: &str) -> String {
     let class = |name: &str, reserved: u32, nodes: bool| {
         let nodes = if nodes { "\n    nodes: {selector: {matchLabels: {pool: ops-e2e}}, count: 1}" } else { "" };
         format!(
-            "  - name: {name}\n    reserved: {reserved}\n    pods:\n      namespaceSelector: {{matchLabels: {{team: {suffix}}}}}\n      \
+            "  - name: {name}\n    reserved: {reserved}\n    pods:\n      namespaceSelector: {{matchLabels: {{team: \"{suffix}\"}}}}\n      \
              podSelector: {{matchLabels: {{app: {name}}}}}{nodes}\n    quota: {{hard: {{pods: \"4\"}}}}\n"
         )
     };
@@ -138,7 +138,8 @@ async fn written_state(client: &Client, ns: &str, names: &[String]) -> BTreeMap<
         state.insert(format!("configmap/{}", cm.name_any()), json!({"rv": cm.resource_version(), "data": cm.data}));
     }
     for q in Api::<ResourceQuota>::namespaced(client.clone(), ns).list(&ListParams::default()).await.expect("quotas") {
-        state.insert(format!("quota/{}", q.name_any()), json!({"rv": q.resource_version(), "spec": q.spec}));
+        // Not the resourceVersion: the quota controller writes status.used.
+        state.insert(format!("quota/{}", q.name_any()), json!({"spec": q.spec}));
     }
     for pc in Api::<PriorityClass>::all(client.clone()).list(&ListParams::default()).await.expect("priorityclasses") {
         if pc.labels().contains_key("bulkhead.dev/bulkhead") {
@@ -162,6 +163,22 @@ async fn written_state(client: &Client, ns: &str, names: &[String]) -> BTreeMap<
         );
     }
     state
+}
+
+/// The written state once it holds still: the scheduler and the Deployment
+/// controller are done with the re-templated workloads (pods of the old and
+/// the new ReplicaSet stay, as no kubelet runs them) and the audit agrees.
+async fn settled_state(client: &Client, ns: &str, names: &[String]) -> BTreeMap<String, Value> {
+    let mut last = written_state(client, ns, names).await;
+    for _ in 0..30 {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let now = written_state(client, ns, names).await;
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+    panic!("the cluster did not settle in 60 s: {last:#?}");
 }
 
 fn reconciles(op: &Operator) -> Option<u64> {
@@ -196,7 +213,7 @@ async fn an_upgrade_from_the_previous_chart_loses_nothing_rolls_out_nothing_and_
     }
     let placed = Api::<Deployment>::namespaced(client.clone(), &ns.name).get("checkout").await.expect("checkout");
     assert!(placed.metadata.generation >= Some(2), "placement re-templated checkout before the upgrade");
-    let before = written_state(&client, &ns.name, &names).await;
+    let before = settled_state(&client, &ns.name, &names).await;
     assert!(before.keys().any(|k| k.starts_with("configmap/")), "{before:#?}");
     assert!(before.keys().any(|k| k.starts_with("priorityclass/")), "{before:#?}");
     assert!(before.keys().any(|k| k.starts_with("quota/")), "{before:#?}");
