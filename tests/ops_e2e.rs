@@ -201,7 +201,7 @@ async fn an_upgrade_from_the_previous_chart_loses_nothing_rolls_out_nothing_and_
     );
     eprintln!("helm 3 install of the previous chart: {:?}", t.elapsed());
     let kubeconfig = sa_kubeconfig(NAMESPACE, SERVICE_ACCOUNT);
-    let before_upgrade = Operator::start_as(&kubeconfig, "before-upgrade", &[]);
+    let before_upgrade = Operator::start_as("before-upgrade", &kubeconfig, &[]);
     let ns = TestNamespace::new("ops", &[("team", &suffix)]).await;
     cp.kubectl(&["label", "nodes", "node-1", "node-2", "pool=ops-e2e", "--overwrite"]);
     cp.apply_yaml(&workloads(&ns.name, &suffix));
@@ -225,7 +225,7 @@ async fn an_upgrade_from_the_previous_chart_loses_nothing_rolls_out_nothing_and_
     helm(3, &["upgrade", RELEASE, "charts/bulkhead", "--namespace", NAMESPACE]);
     eprintln!("CRD apply + helm 3 upgrade: {:?}", t.elapsed());
     let since = audit::now_rfc3339();
-    let after_upgrade = Operator::start_as(&kubeconfig, "after-upgrade", &[]);
+    let after_upgrade = Operator::start_as("after-upgrade", &kubeconfig, &[]);
     wait_for("both Bulkheads reconciled by the new operator", SETTLE, || async {
         reconciles(&after_upgrade).filter(|n| *n >= names.len() as u64)
     })

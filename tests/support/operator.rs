@@ -5,7 +5,7 @@
 use std::{
     io::{Read, Write},
     net::TcpStream,
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::Command,
     sync::OnceLock,
     time::{Duration, Instant},
@@ -82,12 +82,11 @@ impl Operator {
     /// Start an operator process under the chart's RBAC; it is stopped when the
     /// test binary exits, however it exits.
     pub fn start(instance: &str, extra_args: &[&str]) -> Operator {
-        Operator::start_as(install_chart(), instance, extra_args)
+        Operator::start_as(instance, install_chart(), extra_args)
     }
 
-    /// Start an operator process with the credentials in `kubeconfig` (a
-    /// chart's ServiceAccount the caller installed itself).
-    pub fn start_as(kubeconfig: &std::path::Path, instance: &str, extra_args: &[&str]) -> Operator {
+    /// Start an operator process with the credentials in `kubeconfig`.
+    pub fn start_as(instance: &str, kubeconfig: &Path, extra_args: &[&str]) -> Operator {
         let cp = ControlPlane::get();
         let kubeconfig = kubeconfig.to_path_buf();
         let port = free_port();
