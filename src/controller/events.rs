@@ -1,6 +1,6 @@
 //! Events for what a person should see: applied changes, conditions that
 //! flipped, layers whose state changed. An Event is a courtesy: failing to
-//! record one never fails a reconcile.
+//! record one never fails a reconcile. Where they are written: `recorder`.
 
 use kube::{
     runtime::events::{Event, EventType},
@@ -62,7 +62,7 @@ pub async fn publish(ctx: &Context, bulkhead: &Bulkhead, type_: EventType, reaso
         action: action.to_string(),
         secondary: None,
     };
-    if let Err(e) = ctx.recorder.publish(&event, &bulkhead.object_ref(&())).await {
+    if let Err(e) = ctx.events.publish(&event, &bulkhead.object_ref(&())).await {
         // An Event is a courtesy; failing to record one must not fail the reconcile.
         warn!(error = %e, "could not publish event");
     }

@@ -1,5 +1,6 @@
-//! Prometheus metrics: reconcile counts, errors by kind, durations, and the
-//! planned numbers per class.
+//! Prometheus metrics: reconcile counts, errors by kind, durations, the
+//! planned numbers per class, and each Bulkhead's conditions (what the chart's
+//! PrometheusRule alerts on).
 
 use std::time::Duration;
 
@@ -9,10 +10,15 @@ use prometheus_client::{
     registry::Registry,
 };
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
 use crate::{
     crd::{Layer, LayerState, LayerStatus},
     plan::CapacityPlan,
 };
+
+/// The statuses a condition can have; each gets a series (1 for the current one).
+const CONDITION_STATUSES: [&str; 3] = ["True", "False", "Unknown"];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabels {
@@ -33,6 +39,13 @@ pub struct LayerLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConditionLabels {
+    pub bulkhead: String,
+    pub condition: String,
+    pub status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WriteLabels {
     pub kind: String,
     pub verb: String,
@@ -42,6 +55,8 @@ pub struct Metrics {
     registry: Registry,
     /// Classes each Bulkhead last reported, so a removed class's series go too.
     classes: std::sync::Mutex<std::collections::HashMap<String, Vec<String>>>,
+    /// Condition types each Bulkhead last reported, for the same reason.
+    condition_types: std::sync::Mutex<std::collections::HashMap<String, Vec<String>>>,
     pub reconciles: Counter,
     pub errors: Family<ErrorLabels, Counter>,
     pub duration: Histogram,
@@ -49,6 +64,7 @@ pub struct Metrics {
     pub reserved: Family<ClassLabels, Gauge>,
     pub ceiling: Family<ClassLabels, Gauge>,
     pub layers: Family<LayerLabels, Gauge>,
+    pub conditions: Family<ConditionLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -61,6 +77,7 @@ impl Default for Metrics {
         let reserved = Family::<ClassLabels, Gauge>::default();
         let ceiling = Family::<ClassLabels, Gauge>::default();
         let layers = Family::<LayerLabels, Gauge>::default();
+        let conditions = Family::<ConditionLabels, Gauge>::default();
         registry.register("reconciles", "Reconciles started", reconciles.clone());
         registry.register("reconcile_errors", "Reconciles that failed, by error kind", errors.clone());
         registry.register_with_unit(
@@ -77,7 +94,24 @@ impl Default for Metrics {
             "1 for the state (Separate, Shared, Unverified) each layer of each Bulkhead is in, else 0",
             layers.clone(),
         );
-        Self { registry, classes: Default::default(), reconciles, errors, duration, writes, reserved, ceiling, layers }
+        registry.register(
+            "condition",
+            "1 for the status (True, False, Unknown) each condition of each Bulkhead has, else 0",
+            conditions.clone(),
+        );
+        Self {
+            registry,
+            classes: Default::default(),
+            condition_types: Default::default(),
+            reconciles,
+            errors,
+            duration,
+            writes,
+            reserved,
+            ceiling,
+            layers,
+            conditions,
+        }
     }
 }
 
@@ -119,9 +153,46 @@ impl Metrics {
         }
     }
 
+    /// The conditions a Bulkhead's status reports now; a condition it no
+    /// longer reports loses its series.
+    pub fn record_conditions(&self, bulkhead: &str, conditions: &[Condition]) {
+        let now: Vec<String> = conditions.iter().map(|c| c.type_.clone()).collect();
+        let before = self
+            .condition_types
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(bulkhead.to_string(), now.clone())
+            .unwrap_or_default();
+        for gone in before.into_iter().filter(|c| !now.contains(c)) {
+            self.forget_condition(bulkhead, &gone);
+        }
+        for c in conditions {
+            for status in CONDITION_STATUSES {
+                let labels =
+                    ConditionLabels { bulkhead: bulkhead.into(), condition: c.type_.clone(), status: status.into() };
+                self.conditions.get_or_create(&labels).set(i64::from(c.status == status));
+            }
+        }
+    }
+
+    fn forget_condition(&self, bulkhead: &str, condition: &str) {
+        for status in CONDITION_STATUSES {
+            self.conditions.remove(&ConditionLabels {
+                bulkhead: bulkhead.into(),
+                condition: condition.into(),
+                status: status.into(),
+            });
+        }
+    }
+
     /// Drop the per-class series of a deleted Bulkhead.
     pub fn forget(&self, bulkhead: &str, classes: impl IntoIterator<Item = String>) {
         let known = self.classes.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(bulkhead);
+        let conditions =
+            self.condition_types.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(bulkhead);
+        for condition in conditions.into_iter().flatten() {
+            self.forget_condition(bulkhead, &condition);
+        }
         for class in classes.into_iter().chain(known.into_iter().flatten()) {
             let labels = ClassLabels { bulkhead: bulkhead.into(), class };
             self.reserved.remove(&labels);
@@ -175,5 +246,34 @@ mod tests {
         assert!(!text.contains(r#"class="b""#), "{text}");
         m.forget("bh", Vec::new());
         assert!(!m.encode().contains(r#"bulkhead="bh""#));
+    }
+
+    fn condition(type_: &str, status: &str) -> Condition {
+        serde_json::from_value(serde_json::json!({
+            "type": type_, "status": status, "reason": "R", "message": "",
+            "lastTransitionTime": "2026-12-03T00:00:00Z"
+        }))
+        .expect("condition")
+    }
+
+    #[test]
+    fn each_condition_has_one_series_at_one_per_status_and_a_dropped_condition_loses_them() {
+        let m = Metrics::default();
+        m.record_conditions("bh", &[condition("Ready", "False"), condition("Funded", "True")]);
+        let text = m.encode();
+        for line in [
+            r#"bulkhead_condition{bulkhead="bh",condition="Ready",status="False"} 1"#,
+            r#"bulkhead_condition{bulkhead="bh",condition="Ready",status="True"} 0"#,
+            r#"bulkhead_condition{bulkhead="bh",condition="Ready",status="Unknown"} 0"#,
+            r#"bulkhead_condition{bulkhead="bh",condition="Funded",status="True"} 1"#,
+        ] {
+            assert!(text.contains(line), "{line} missing in:\n{text}");
+        }
+        m.record_conditions("bh", &[condition("Ready", "True")]);
+        let text = m.encode();
+        assert!(text.contains(r#"bulkhead_condition{bulkhead="bh",condition="Ready",status="True"} 1"#), "{text}");
+        assert!(!text.contains(r#"condition="Funded""#), "{text}");
+        m.forget("bh", Vec::new());
+        assert!(!m.encode().contains(r#"bulkhead_condition{"#), "{}", m.encode());
     }
 }

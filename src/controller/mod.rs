@@ -12,6 +12,7 @@ mod leader;
 mod metrics;
 mod observe;
 mod reconcile;
+mod recorder;
 mod refusals;
 #[cfg(test)]
 mod tests;
@@ -26,7 +27,7 @@ use kube::{
     core::DeserializeGuard,
     runtime::{
         controller::{Action, Config as ControllerConfig, Controller},
-        events::{Recorder, Reporter},
+        events::Reporter,
         watcher,
     },
     Client, ResourceExt,
@@ -34,15 +35,16 @@ use kube::{
 use tracing::{info, warn};
 
 pub use error::Error;
-pub use metrics::Metrics;
+pub use metrics::{ErrorLabels, Metrics};
 pub use observe::SharedSnapshot;
+pub use recorder::EVENTS_NAMESPACE;
 
 use crate::crd::Bulkhead;
 
 /// Shared by every reconcile.
 pub struct Context {
     pub client: Client,
-    pub recorder: Recorder,
+    pub events: recorder::EventRecorder,
     pub metrics: Arc<Metrics>,
     pub snapshot: Arc<SharedSnapshot>,
     pub backoff: backoff::Backoff,
@@ -76,7 +78,7 @@ pub async fn run(client: Client, options: RunOptions) -> Result<(), Error> {
     let reporter = Reporter { controller: "bulkhead".into(), instance: options.instance.clone() };
     let ctx = Arc::new(Context {
         client: client.clone(),
-        recorder: Recorder::new(client.clone(), reporter),
+        events: recorder::EventRecorder::new(client.clone(), reporter),
         metrics: Arc::new(Metrics::default()),
         snapshot: snapshot.clone(),
         backoff: backoff::Backoff::default(),

@@ -77,7 +77,9 @@ async fn reconcile_bulkhead(bulkhead: &Bulkhead, ctx: &Context) -> Result<Action
         // its new taint list, without reporting a failure.
         Executed::Replan => return Ok(Action::requeue(Duration::from_millis(200))),
     };
-    report(ctx, bulkhead, &evaluation.status(bulkhead, &outcome, &now())).await?;
+    let status = evaluation.status(bulkhead, &outcome, &now());
+    ctx.metrics.record_conditions(&name, &status.conditions);
+    report(ctx, bulkhead, &status).await?;
     match apply_error {
         Some(e) => Err(e),
         None => Ok(Action::requeue(RESYNC)),
@@ -169,6 +171,7 @@ async fn report_undecodable(meta: &kube::api::ObjectMeta, error: &str, ctx: &Con
         .unwrap_or_default();
     let desired = vec![DesiredCondition::new(READY, ConditionStatus::False, reason::INVALID_SPEC, message.clone())];
     let conditions = merge_conditions(&previous, desired, meta.generation, &now());
+    ctx.metrics.record_conditions(&name, &conditions);
     let unchanged = previous.iter().any(|p| conditions.iter().any(|c| c == p)) && previous.len() == 1;
     if !unchanged {
         warn!(bulkhead = %name, %message, "cannot read Bulkhead");

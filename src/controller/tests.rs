@@ -10,17 +10,15 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{
     client::Body,
     core::{error_boundary::InvalidObject, DeserializeGuard},
-    runtime::{
-        controller::Action,
-        events::{Recorder, Reporter},
-    },
+    runtime::{controller::Action, events::Reporter},
     Client,
 };
 use serde_json::{json, Value};
 use tower_test::mock;
 
 use super::{
-    backoff::Backoff, observe::SharedSnapshot, reconcile::reconcile, refusals::RefusalMemory, Context, Error, Metrics,
+    backoff::Backoff, observe::SharedSnapshot, reconcile::reconcile, recorder::EventRecorder, refusals::RefusalMemory,
+    Context, Error, Metrics,
 };
 use crate::{
     crd::{Bulkhead, FINALIZER},
@@ -57,7 +55,7 @@ async fn run(
     let client = Client::new(service, "default");
     let ctx = Arc::new(Context {
         client: client.clone(),
-        recorder: Recorder::new(client, Reporter { controller: "bulkhead".into(), instance: None }),
+        events: EventRecorder::new(client, Reporter { controller: "bulkhead".into(), instance: None }),
         metrics: Arc::new(Metrics::default()),
         snapshot: SharedSnapshot::listed(snapshot),
         backoff: Backoff::default(),

@@ -203,7 +203,9 @@ pub fn unique_suffix() -> String {
     static N: AtomicU32 = AtomicU32::new(0);
     let nanos =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
-    format!("{:x}{}", nanos % 0xfffff, N.fetch_add(1, Ordering::Relaxed))
+    // The leading letter keeps an all-digit suffix from reading as a YAML
+    // integer where it ends up in a label value.
+    format!("u{:x}{}", nanos % 0xfffff, N.fetch_add(1, Ordering::Relaxed))
 }
 
 /// A condition of Bulkhead `name` as (status, reason, message), once its status

@@ -87,3 +87,13 @@ Name of the Lease the operator takes (fixed in the binary).
 {{- define "bulkhead.leaseName" -}}
 bulkhead-operator
 {{- end }}
+
+{{/*
+Namespace of the Events about Bulkheads (fixed in the binary). A Bulkhead is
+cluster-scoped, and the API server accepts Events about a cluster-scoped
+object only in "default" (or kube-system); `kubectl describe bulkhead` finds
+them there.
+*/}}
+{{- define "bulkhead.eventsNamespace" -}}
+default
+{{- end }}
