@@ -392,7 +392,10 @@ async fn helm_4_installs_upgrades_and_uninstalls_the_chart() {
     .await;
     let (release, ns) = ("bh4", "bulkhead-h4");
     let t = std::time::Instant::now();
-    let out = helm(4, &["install", release, "charts/bulkhead", "--namespace", ns, "--create-namespace"]);
+    // The CRD is cluster-wide and the first release brought it, from an older
+    // chart: Helm 4 server-side applies crds/ and would conflict with Helm 3's
+    // fields (.spec.versions), so a second release skips them, as the README says.
+    let out = helm(4, &["install", release, "charts/bulkhead", "--namespace", ns, "--create-namespace", "--skip-crds"]);
     assert!(out.contains("STATUS: deployed"), "{out}");
     let sa = format!("{release}-bulkhead");
     cp.kubectl(&["-n", ns, "get", "serviceaccount", &sa]);
