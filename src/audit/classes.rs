@@ -12,8 +12,14 @@ use crate::{
 /// A set of classes (a Bulkhead has at most 64; see `plan::validate`).
 pub type ClassSet = u64;
 
-pub fn classes_in(set: ClassSet) -> impl Iterator<Item = u16> {
-    (0..64u16).filter(move |c| set & (1 << c) != 0)
+pub fn classes_in(mut set: ClassSet) -> impl Iterator<Item = u16> {
+    std::iter::from_fn(move || {
+        let c = set.trailing_zeros();
+        (set != 0).then(|| {
+            set &= set - 1;
+            c as u16
+        })
+    })
 }
 
 #[derive(Clone, Debug)]

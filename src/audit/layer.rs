@@ -43,15 +43,21 @@ pub struct Cell {
     /// The least pod (by namespace/name), named in evidence; None when it
     /// is not known here and must be found again (see `verdicts.rs`).
     pub least: Option<ObjectKey>,
+    /// A build's number for its first pod (the least; see `state::Hints`).
+    pub first: u32,
 }
+
+/// No build numbered this cell's first pod.
+pub const NO_HINT: u32 = u32::MAX;
 
 /// What is known of the least pod of what is added.
 #[derive(Clone, Copy)]
 pub enum Least<'k> {
     /// This one pod.
     Pod(&'k ObjectKey),
-    /// Pods arrive in order (a build): the first is the least; it is noted by the caller.
-    First,
+    /// Pods arrive in order (a build): the first is the least, numbered
+    /// in the build's hints.
+    First(u32),
     /// Several pods moved at once: unknown.
     Unknown,
 }
@@ -92,8 +98,10 @@ pub struct LayerCounts {
     pub unknown_order: Vec<BTreeSet<(Arc<str>, Why)>>,
     /// Pods × classes not counted (unscheduled).
     pub ignored: u64,
-    /// The verdicts, while nothing they read has changed.
-    pub verdicts: Option<Vec<PairVerdict>>,
+    /// Per pair (a·n + b): its verdict, while nothing it reads has changed.
+    pub pair_cache: Vec<Option<PairVerdict>>,
+    /// Per class: its doubts, likewise.
+    pub doubt_cache: Vec<Option<Vec<String>>>,
 }
 
 impl LayerCounts {
@@ -107,7 +115,31 @@ impl LayerCounts {
             unknown: FxHashMap::default(),
             unknown_order: vec![BTreeSet::new(); n],
             ignored: 0,
-            verdicts: None,
+            pair_cache: vec![None; n * n],
+            doubt_cache: vec![None; n],
+        }
+    }
+
+    /// A cell of `class` in domain `d` came, went or names another pod: the
+    /// pairs of `class` with the other classes there change.
+    fn dirty_domain(&mut self, class: u16, d: u32) {
+        let Some(cells) = self.domains.get(&d) else { return };
+        let others: Vec<u16> = cells.iter().map(|x| x.class).filter(|&o| o != class).collect();
+        for o in others {
+            let p = self.pair(class, o);
+            self.pair_cache[p] = None;
+        }
+    }
+
+    /// What is said of `class` alone changed (placed or not, its doubts):
+    /// every pair with it may change.
+    pub fn dirty_class(&mut self, class: u16) {
+        self.doubt_cache[class as usize] = None;
+        for o in 0..self.n as u16 {
+            if o != class {
+                let p = self.pair(class, o);
+                self.pair_cache[p] = None;
+            }
         }
     }
 
@@ -120,30 +152,23 @@ impl LayerCounts {
         a as usize * self.n + b as usize
     }
 
-    /// Count `count` pods of `class` in `dom`. Returns true when this made a
-    /// new cell (the caller of a build notes its first pod).
-    pub fn add(&mut self, class: u16, dom: &Dom, count: u32, least: Least<'_>, naming: &Naming<'_>) -> bool {
+    /// Count `count` pods of `class` in `dom`.
+    pub fn add(&mut self, class: u16, dom: &Dom, count: u32, least: Least<'_>, naming: &Naming<'_>) {
         let c = class as usize;
         match dom {
-            Dom::Ignored => {
-                self.ignored += u64::from(count);
-                false
-            }
-            Dom::Alone => {
-                self.place(c, i64::from(count));
-                false
-            }
+            Dom::Ignored => self.ignored += u64::from(count),
+            Dom::Alone => self.place(c, i64::from(count)),
             Dom::Known(d) => {
                 self.place(c, i64::from(count));
                 let cells = self.domains.entry(*d).or_default();
                 if let Some(cell) = cells.iter_mut().find(|x| x.class == class) {
                     cell.count += count;
                     if lower(cell, least) {
-                        self.verdicts = None;
+                        self.dirty_domain(class, *d);
                     }
-                    return false;
+                    return;
                 }
-                cells.push(Cell { class, count, least: owned(least) });
+                cells.push(Cell { class, count, least: owned(least), first: first(least) });
                 let others: Vec<u16> = cells.iter().map(|x| x.class).filter(|&o| o != class).collect();
                 if others.len() == 1 {
                     self.shared.insert((naming.domain(*d), *d));
@@ -151,23 +176,21 @@ impl LayerCounts {
                 for o in others {
                     let p = self.pair(class, o);
                     self.pair_domains[p] += 1;
+                    self.pair_cache[p] = None;
                 }
-                self.verdicts = None;
-                true
             }
             Dom::Unknown(why) => {
                 let key = (class, why.clone());
                 if let Some(cell) = self.unknown.get_mut(&key) {
                     cell.count += count;
                     if lower(cell, least) {
-                        self.verdicts = None;
+                        self.dirty_class(class);
                     }
-                    return false;
+                    return;
                 }
                 self.unknown_order[c].insert((naming.why(why), why.clone()));
-                self.unknown.insert(key, Cell { class, count, least: owned(least) });
-                self.verdicts = None;
-                true
+                self.unknown.insert(key, Cell { class, count, least: owned(least), first: first(least) });
+                self.dirty_class(class);
             }
         }
     }
@@ -186,7 +209,7 @@ impl LayerCounts {
                 if cells[i].count > count {
                     cells[i].count -= count;
                     if forget(&mut cells[i], pod) {
-                        self.verdicts = None;
+                        self.dirty_domain(class, *d);
                     }
                     return;
                 }
@@ -201,8 +224,8 @@ impl LayerCounts {
                 for o in others {
                     let p = self.pair(class, o);
                     self.pair_domains[p] = self.pair_domains[p].saturating_sub(1);
+                    self.pair_cache[p] = None;
                 }
-                self.verdicts = None;
             }
             Dom::Unknown(why) => {
                 let key = (class, why.clone());
@@ -210,13 +233,13 @@ impl LayerCounts {
                 if cell.count > count {
                     cell.count -= count;
                     if forget(cell, pod) {
-                        self.verdicts = None;
+                        self.dirty_class(class);
                     }
                     return;
                 }
                 self.unknown.remove(&key);
                 self.unknown_order[c].remove(&(naming.why(why), why.clone()));
-                self.verdicts = None;
+                self.dirty_class(class);
             }
         }
     }
@@ -226,7 +249,7 @@ impl LayerCounts {
         let before = self.placed[c];
         self.placed[c] = before.saturating_add_signed(delta);
         if (before == 0) != (self.placed[c] == 0) {
-            self.verdicts = None;
+            self.dirty_class(c as u16);
         }
     }
 
@@ -250,7 +273,14 @@ impl LayerCounts {
 fn owned(least: Least<'_>) -> Option<ObjectKey> {
     match least {
         Least::Pod(k) => Some(k.clone()),
-        Least::First | Least::Unknown => None,
+        Least::First(_) | Least::Unknown => None,
+    }
+}
+
+fn first(least: Least<'_>) -> u32 {
+    match least {
+        Least::First(n) => n,
+        Least::Pod(_) | Least::Unknown => NO_HINT,
     }
 }
 

@@ -6,8 +6,6 @@
 
 use std::collections::BTreeMap;
 
-use rustc_hash::FxHashMap;
-
 use super::{
     classes::{classes_in, ClassSet, Classifier},
     domains::PairVerdict,
@@ -27,9 +25,10 @@ pub const KERNEL: usize = 1;
 pub const ZONE: usize = 2;
 pub const HOST: usize = 3;
 
-/// The first pod of each cell a build made (pods arrive in order, so it is
-/// the least), borrowed from the snapshot until the verdicts name it.
-pub type Hints<'a> = FxHashMap<(usize, u16, Dom), &'a ObjectKey>;
+/// The member pods of a build, in the order counted: a cell made by the
+/// build keeps the number of its first pod (the least: pods arrive in
+/// order), borrowed from the snapshot until the first verdicts name it.
+pub type Hints<'a> = Vec<&'a ObjectKey>;
 
 #[derive(Clone, Debug)]
 pub struct AuditState {
@@ -189,14 +188,16 @@ impl Counts {
     ) {
         let node = pod.node.as_ref().map(|n| self.nodes.id(n, snapshot, Self::labels(config)));
         let doms = self.doms(key, pod, node, snapshot, config);
-        let least = if hints.is_some() { Least::First } else { Least::Pod(key) };
+        let least = match hints.as_deref_mut() {
+            Some(h) => {
+                h.push(key);
+                Least::First(u32::try_from(h.len() - 1).unwrap_or(u32::MAX))
+            }
+            None => Least::Pod(key),
+        };
         for class in classes_in(set) {
             for (i, dom) in doms.iter().enumerate() {
-                let naming = naming(&self.nodes, i);
-                let created = self.layers[i].add(class, dom, 1, least, &naming);
-                if let (true, Some(h)) = (created, hints.as_deref_mut()) {
-                    h.insert((i, class, dom.clone()), key);
-                }
+                self.layers[i].add(class, dom, 1, least, &naming(&self.nodes, i));
             }
             self.process.add(class, 1);
         }
@@ -241,6 +242,12 @@ impl Counts {
         }
         for (layer, from, to) in layers {
             if from == to {
+                if old.known != new.known {
+                    // Still unknown, for another reason: the doubts read differently.
+                    for &(class, _) in &moved {
+                        self.layers[layer].dirty_class(class);
+                    }
+                }
                 continue;
             }
             for &(class, count) in &moved {

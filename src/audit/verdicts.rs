@@ -16,23 +16,33 @@ use crate::{crd::LayerState, select::Source, snapshot::Snapshot};
 const MAX_EVIDENCE: usize = 3;
 
 impl AuditState {
-    /// Pairs of a counted layer (NODE, KERNEL, ZONE or HOST).
+    /// Pairs of a counted layer (NODE, KERNEL, ZONE or HOST). Only pairs
+    /// whose inputs changed since the last call are worked out again.
     pub fn layer_pairs(&mut self, layer: usize, snapshot: &Snapshot, hints: &Hints<'_>) -> Vec<PairVerdict> {
-        if let Some(v) = &self.counts.layers[layer].verdicts {
-            return v.clone();
-        }
-        let verdicts = self.compute(layer, snapshot, hints);
-        self.counts.layers[layer].verdicts = Some(verdicts.clone());
-        verdicts
-    }
-
-    fn compute(&mut self, layer: usize, snapshot: &Snapshot, hints: &Hints<'_>) -> Vec<PairVerdict> {
         let l = &self.counts.layers[layer];
         let n = l.classes();
-        // The first shared domains of each pair, walking domains in name order
-        // until every pair that shares has its evidence.
-        let wanted: Vec<usize> = l.pair_domains.iter().map(|&d| (d as usize).min(MAX_EVIDENCE)).collect();
-        let mut need = wanted.iter().filter(|&&w| w > 0).count();
+        let stale: Vec<(usize, usize)> = (0..n)
+            .flat_map(|a| (a + 1..n).map(move |b| (a, b)))
+            .filter(|&(a, b)| l.pair_cache[a * n + b].is_none())
+            .collect();
+        if !stale.is_empty() {
+            self.work_out(layer, &stale, snapshot, hints);
+        }
+        let l = &self.counts.layers[layer];
+        (0..n).flat_map(|a| (a + 1..n).map(move |b| a * n + b)).filter_map(|p| l.pair_cache[p].clone()).collect()
+    }
+
+    fn work_out(&mut self, layer: usize, stale: &[(usize, usize)], snapshot: &Snapshot, hints: &Hints<'_>) {
+        let l = &self.counts.layers[layer];
+        let n = l.classes();
+        // The first shared domains of each stale pair, walking domains in
+        // name order until every one that shares has its evidence.
+        let mut wanted = vec![0usize; n * n];
+        let mut need = 0;
+        for &(a, b) in stale {
+            wanted[a * n + b] = (l.pair_domains[a * n + b] as usize).min(MAX_EVIDENCE);
+            need += usize::from(wanted[a * n + b] > 0);
+        }
         let mut chosen: Vec<Vec<u32>> = vec![Vec::new(); n * n];
         for (_, d) in &l.shared {
             if need == 0 {
@@ -52,35 +62,32 @@ impl AuditState {
                 }
             }
         }
-        let doubts: Vec<Vec<String>> = (0..n).map(|c| self.doubts(layer, c as u16, snapshot, hints)).collect();
-        let mut out = Vec::new();
-        for a in 0..n {
-            for b in a + 1..n {
-                let domains = std::mem::take(&mut chosen[a * n + b]);
-                if !domains.is_empty() {
-                    let evidence = domains
-                        .into_iter()
-                        .map(|d| {
-                            let dom = Dom::Known(d);
-                            let pa = self.least(layer, a as u16, &dom, snapshot, hints);
-                            let pb = self.least(layer, b as u16, &dom, snapshot, hints);
-                            self.describe(layer, d, &pa, &pb)
-                        })
-                        .collect();
-                    out.push(PairVerdict { a, b, state: LayerState::Shared, evidence });
-                    continue;
-                }
-                let mut both: Vec<String> = doubts[a].iter().chain(&doubts[b]).cloned().collect();
+        for &(a, b) in stale {
+            let domains = std::mem::take(&mut chosen[a * n + b]);
+            let verdict = if domains.is_empty() {
+                let mut both: Vec<String> = self.doubts(layer, a as u16, snapshot, hints);
+                both.extend(self.doubts(layer, b as u16, snapshot, hints));
                 dedup_keep_order(&mut both);
                 if both.is_empty() {
-                    out.push(PairVerdict { a, b, state: LayerState::Separate, evidence: Vec::new() });
+                    PairVerdict { a, b, state: LayerState::Separate, evidence: Vec::new() }
                 } else {
                     both.truncate(MAX_EVIDENCE);
-                    out.push(PairVerdict { a, b, state: LayerState::Unverified, evidence: both });
+                    PairVerdict { a, b, state: LayerState::Unverified, evidence: both }
                 }
-            }
+            } else {
+                let evidence = domains
+                    .into_iter()
+                    .map(|d| {
+                        let dom = Dom::Known(d);
+                        let pa = self.least(layer, a as u16, &dom, snapshot, hints);
+                        let pb = self.least(layer, b as u16, &dom, snapshot, hints);
+                        self.describe(layer, d, &pa, &pb)
+                    })
+                    .collect();
+                PairVerdict { a, b, state: LayerState::Shared, evidence }
+            };
+            self.counts.layers[layer].pair_cache[a * n + b] = Some(verdict);
         }
-        out
     }
 
     fn describe(&self, layer: usize, d: u32, a: &str, b: &str) -> String {
@@ -98,6 +105,9 @@ impl AuditState {
     /// then the first few unknowns in order.
     fn doubts(&mut self, layer: usize, class: u16, snapshot: &Snapshot, hints: &Hints<'_>) -> Vec<String> {
         let c = class as usize;
+        if let Some(d) = &self.counts.layers[layer].doubt_cache[c] {
+            return d.clone();
+        }
         let l = &self.counts.layers[layer];
         let mut out = Vec::new();
         if l.placed[c] == 0 && l.unknown_order[c].is_empty() {
@@ -128,6 +138,7 @@ impl AuditState {
             };
             out.push(text);
         }
+        self.counts.layers[layer].doubt_cache[c] = Some(out.clone());
         out
     }
 
@@ -144,10 +155,12 @@ impl AuditState {
     /// The least pod of a class in a domain, as text: kept in its cell, else
     /// from the build's hints, else found again (and kept).
     fn least(&mut self, layer: usize, class: u16, dom: &Dom, snapshot: &Snapshot, hints: &Hints<'_>) -> String {
-        if let Some(k) = self.counts.layers[layer].cell(class, dom).and_then(|c| c.least.as_ref()) {
+        let cell = self.counts.layers[layer].cell(class, dom);
+        if let Some(k) = cell.and_then(|c| c.least.as_ref()) {
             return k.to_string();
         }
-        let found = match hints.get(&(layer, class, dom.clone())) {
+        let hinted = cell.and_then(|c| hints.get(c.first as usize));
+        let found = match hinted {
             Some(k) => Some((*k).clone()),
             None => self.find_least(layer, class, dom, snapshot),
         };

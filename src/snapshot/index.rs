@@ -76,6 +76,29 @@ impl Snapshot {
         }
     }
 
+    /// Set or remove one pod's lean entry directly, journaled as a watch
+    /// event would be (tools and benchmarks that build snapshots in place).
+    pub fn set_pod(&mut self, key: ObjectKey, pod: Option<PodInfo>) {
+        let old = match pod {
+            Some(p) => self.pods.insert(key.clone(), p),
+            None => self.pods.remove(&key),
+        };
+        if old.is_some() || self.pods.contains_key(&key) {
+            let journaled = pod_delta(&key, old, self.pods.get(&key));
+            self.journal(journaled);
+        }
+    }
+
+    /// Set or remove one node's lean entry directly (see `set_pod`).
+    pub fn set_node(&mut self, node: Option<NodeInfo>, name: &str) {
+        let old = match node {
+            Some(n) => self.nodes.insert(name.to_string(), n),
+            None => self.nodes.remove(name),
+        };
+        let journaled = node_delta(&name.to_string(), old, self.nodes.get(name));
+        self.journal(journaled);
+    }
+
     fn journal(&mut self, journaled: Journaled) {
         match journaled {
             Journaled::Nothing => {}
