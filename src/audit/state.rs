@@ -122,11 +122,13 @@ impl AuditState {
         }
     }
 
-    /// The least member pod of `class` whose domain in layer `layer` is
-    /// `dom`, found by a pass over the class's pods (rare: only when the
-    /// least pod a verdict names left).
-    pub fn find_least(&self, layer: usize, class: u16, dom: &Dom, snapshot: &Snapshot) -> Option<ObjectKey> {
-        let namespaces = self.classes.namespaces.get(class as usize)?;
+    /// Find again the least pod of every cell of `class` that lost track of
+    /// it, in one pass over the class's pods in order (the first seen in a
+    /// domain is the least there). Rare: only when a pod that evidence names
+    /// left, or a cell counted by a build without naming its pod becomes
+    /// evidence; afterwards the class's cells know their pods again.
+    pub fn find_least(&mut self, class: u16, snapshot: &Snapshot) {
+        let Some(namespaces) = self.classes.namespaces.get(class as usize) else { return };
         for ns in namespaces {
             let selectors = self.classes.selectors_of(ns);
             for (key, pod) in snapshot.pods_in(ns) {
@@ -134,12 +136,16 @@ impl AuditState {
                     continue;
                 }
                 let node = pod.node.as_ref().and_then(|n| self.counts.nodes.find(n));
-                if &self.counts.doms(key, pod, node, snapshot, &self.config)[layer] == dom {
-                    return Some(key.clone());
+                let doms = self.counts.doms(key, pod, node, snapshot, &self.config);
+                for (i, dom) in doms.iter().enumerate() {
+                    if let Some(cell) = self.counts.layers[i].cell_mut(class, dom) {
+                        if cell.least.is_none() {
+                            cell.least = Some(key.clone());
+                        }
+                    }
                 }
             }
         }
-        None
     }
 }
 

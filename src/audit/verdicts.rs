@@ -153,22 +153,24 @@ impl AuditState {
     }
 
     /// The least pod of a class in a domain, as text: kept in its cell, else
-    /// from the build's hints, else found again (and kept).
+    /// from the build's hints, else found again (with every other cell of
+    /// the class that lost track of its own) and kept.
     fn least(&mut self, layer: usize, class: u16, dom: &Dom, snapshot: &Snapshot, hints: &Hints<'_>) -> String {
         let cell = self.counts.layers[layer].cell(class, dom);
         if let Some(k) = cell.and_then(|c| c.least.as_ref()) {
             return k.to_string();
         }
-        let hinted = cell.and_then(|c| hints.get(c.first as usize));
-        let found = match hinted {
-            Some(k) => Some((*k).clone()),
-            None => self.find_least(layer, class, dom, snapshot),
-        };
-        let text = found.as_ref().map(ToString::to_string).unwrap_or_default();
-        if let Some(cell) = self.counts.layers[layer].cell_mut(class, dom) {
-            cell.least = found;
+        if let Some(k) = cell.and_then(|c| hints.get(c.first as usize)) {
+            let k = (*k).clone();
+            let text = k.to_string();
+            if let Some(cell) = self.counts.layers[layer].cell_mut(class, dom) {
+                cell.least = Some(k);
+            }
+            return text;
         }
-        text
+        self.find_least(class, snapshot);
+        let cell = self.counts.layers[layer].cell(class, dom);
+        cell.and_then(|c| c.least.as_ref()).map(ToString::to_string).unwrap_or_default()
     }
 
     /// Pairs of the Process layer: a pod of two classes is one process they share.
