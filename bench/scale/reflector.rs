@@ -18,6 +18,15 @@ use kube::{
     Api, Client,
 };
 
+/// Counts the changes a watch delivers (not the initial list).
+fn count<K>(n: Arc<AtomicU64>) -> impl FnMut(&watcher::Event<K>) {
+    move |e| {
+        if matches!(e, watcher::Event::Apply(_) | watcher::Event::Delete(_)) {
+            n.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     let client = Client::try_default().await?;
@@ -26,13 +35,6 @@ async fn main() -> anyhow::Result<()> {
     let (nodes, node_writer) = reflector::store::<Node>();
     let pod_events = Arc::new(AtomicU64::new(0));
     let node_events = Arc::new(AtomicU64::new(0));
-    let count = |n: Arc<AtomicU64>| {
-        move |e: &watcher::Event<_>| {
-            if matches!(e, watcher::Event::Apply(_) | watcher::Event::Delete(_)) {
-                n.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    };
     let pod_stream = watcher(Api::<Pod>::all(client.clone()), watcher::Config::default())
         .default_backoff()
         .inspect_ok(count(pod_events.clone()))
