@@ -56,7 +56,7 @@ fn pod(name: &str, ns: &str, node: &str) -> anyhow::Result<Pod> {
     Ok(serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": ns, "labels": {"app": "worker"}},
-        "spec": {"nodeName": node, "terminationGracePeriodSeconds": 0,
+        "spec": {"nodeName": node, "terminationGracePeriodSeconds": 0, "automountServiceAccountToken": false,
                  "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.9"}]}
     }))?)
 }
