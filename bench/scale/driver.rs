@@ -160,6 +160,9 @@ async fn fill(client: Client, l: Layout, concurrency: usize) -> anyhow::Result<(
     Ok(())
 }
 
+/// Each Bulkhead's (Ready, Isolated) condition status, as watched.
+type Conditions = watch::Receiver<BTreeMap<String, (Option<String>, Option<String>)>>;
+
 fn condition(bh: &Bulkhead, kind: &str) -> Option<String> {
     let status = bh.status.as_ref()?;
     let c = status.conditions.iter().find(|c| c.type_ == kind)?;
@@ -168,7 +171,7 @@ fn condition(bh: &Bulkhead, kind: &str) -> Option<String> {
 }
 
 /// Each Bulkhead's (Ready, Isolated), as the API server has them.
-fn watch_bulkheads(client: Client) -> watch::Receiver<BTreeMap<String, (Option<String>, Option<String>)>> {
+fn watch_bulkheads(client: Client) -> Conditions {
     let (tx, rx) = watch::channel(BTreeMap::new());
     tokio::spawn(async move {
         let api: Api<Bulkhead> = Api::all(client);
@@ -210,11 +213,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
-async fn wait_isolated(
-    rx: &mut watch::Receiver<BTreeMap<String, (Option<String>, Option<String>)>>,
-    name: &str,
-    want: &str,
-) -> anyhow::Result<()> {
+async fn wait_isolated(rx: &mut Conditions, name: &str, want: &str) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         if rx.borrow_and_update().get(name).and_then(|(_, i)| i.as_deref()) == Some(want) {

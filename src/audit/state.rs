@@ -190,11 +190,11 @@ impl Counts {
         set: ClassSet,
         snapshot: &Snapshot,
         config: &AuditConfig,
-        mut hints: Option<&mut Hints<'a>>,
+        hints: Option<&mut Hints<'a>>,
     ) {
         let node = pod.node.as_ref().map(|n| self.nodes.id(n, snapshot, Self::labels(config)));
         let doms = self.doms(key, pod, node, snapshot, config);
-        let least = match hints.as_deref_mut() {
+        let least = match hints {
             Some(h) => {
                 h.push(key);
                 Least::First(u32::try_from(h.len() - 1).unwrap_or(u32::MAX))

@@ -95,7 +95,7 @@ impl Snapshot {
             Some(n) => self.nodes.insert(name.to_string(), n),
             None => self.nodes.remove(name),
         };
-        let journaled = node_delta(&name.to_string(), old, self.nodes.get(name));
+        let journaled = node_delta(name, old, self.nodes.get(name));
         self.journal(journaled);
     }
 
@@ -180,11 +180,11 @@ fn pod_delta(key: &ObjectKey, old: Option<PodInfo>, new: Option<&PodInfo>) -> Jo
 }
 
 /// Status heartbeats change nodes all the time; only labels and presence matter.
-fn node_delta(name: &String, old: Option<NodeInfo>, new: Option<&NodeInfo>) -> Journaled {
+fn node_delta(name: &str, old: Option<NodeInfo>, new: Option<&NodeInfo>) -> Journaled {
     if old.as_ref().map(|n| &n.labels) == new.map(|n| &n.labels) {
         Journaled::Nothing
     } else {
-        Journaled::Delta(Delta::Node(name.clone()))
+        Journaled::Delta(Delta::Node(name.to_string()))
     }
 }
 
