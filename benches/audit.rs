@@ -2,9 +2,13 @@
 //! `cargo bench --bench audit` prints the figures; under `cargo test` it runs
 //! a small smoke pass that checks the synthetic cluster audits as expected.
 //!
-//! Figures: median audit time at 1k / 5k / 20k nodes (single thread, which is
-//! how the controller runs it), and bytes held per watched pod: the stored
-//! lean form versus a whole `k8s_openapi` Pod.
+//! Figures, all measured in one run so that their ratios hold from machine
+//! to machine: the full audit at 1k / 5k / 20k nodes (single thread, which is
+//! how the controller runs it) against the floor (one pass over the watched
+//! pods grouping them by (class, node) in a hash map: the least any audit
+//! must do); one pod event re-audited incrementally against the full audit;
+//! and bytes held per watched pod: the stored lean form versus a whole
+//! `k8s_openapi` Pod.
 
 use std::{
     alloc::{GlobalAlloc, Layout, System},
@@ -14,10 +18,10 @@ use std::{
 };
 
 use bulkhead::{
-    audit::{audit, AuditConfig},
+    audit::{audit, audit_cached, AuditConfig},
     crd::{Bulkhead, Layer, LayerState},
     select::Selection,
-    snapshot::{NamespaceInfo, NodeInfo, ObjectKey, PodInfo, Snapshot},
+    snapshot::{LabelLookup, NamespaceInfo, NodeInfo, ObjectKey, PodInfo, Snapshot},
 };
 use k8s_openapi::api::core::v1::Pod;
 
@@ -107,8 +111,33 @@ fn bulkhead() -> Bulkhead {
     .expect("bench bulkhead")
 }
 
-/// Nodes spread over 3 zones; pods round-robin over nodes, so classes share
-/// nodes (the expensive case: many Shared pairs with evidence).
+/// Node of pod `p`: runs of 10 consecutive pods (10 classes) per node, three
+/// runs per node, so every node holds 3 pods each of 10 classes: classes
+/// share nodes (the expensive case: many Shared pairs with evidence).
+fn node_of(p: usize, nodes: usize) -> usize {
+    (p / 10) % nodes
+}
+
+fn pod(s: &mut Snapshot, p: usize, node: Option<usize>) -> (ObjectKey, PodInfo) {
+    let ns = p % NAMESPACES;
+    let class = ns % CLASSES;
+    let labels =
+        [("app".to_string(), format!("app-{class}")), ("pod-template-hash".to_string(), "7d9c8b6f5".to_string())];
+    let labels = s.interner.labels(labels.iter().map(|(k, v)| (k, v)));
+    let node = node.map(|n| s.interner.intern(&format!("node-{n}")));
+    (
+        ObjectKey::new(format!("team-{ns}"), format!("app-{class}-{p}")),
+        PodInfo {
+            labels,
+            node,
+            runtime_class: None,
+            ip: Some(format!("10.{}.{}.{}", p >> 16 & 255, p >> 8 & 255, p & 255).into()),
+            finished: false,
+        },
+    )
+}
+
+/// Nodes spread over 3 zones; pods spread so that classes share nodes.
 fn snapshot(nodes: usize) -> Snapshot {
     let mut s = Snapshot::default();
     for n in 0..NAMESPACES {
@@ -134,22 +163,8 @@ fn snapshot(nodes: usize) -> Snapshot {
         );
     }
     for p in 0..nodes * PODS_PER_NODE {
-        let ns = p % NAMESPACES;
-        let class = ns % CLASSES;
-        let labels =
-            [("app".to_string(), format!("app-{class}")), ("pod-template-hash".to_string(), "7d9c8b6f5".to_string())];
-        let labels = s.interner.labels(labels.iter().map(|(k, v)| (k, v)));
-        let node = s.interner.intern(&format!("node-{}", p % nodes));
-        s.pods.insert(
-            ObjectKey::new(format!("team-{ns}"), format!("app-{class}-{p}")),
-            PodInfo {
-                labels,
-                node: Some(node),
-                runtime_class: None,
-                ip: Some(format!("10.{}.{}.{}", p >> 16 & 255, p >> 8 & 255, p & 255).into()),
-                finished: false,
-            },
-        );
+        let (key, info) = pod(&mut s, p, Some(node_of(p, nodes)));
+        s.pods.insert(key, info);
     }
     s
 }
@@ -159,18 +174,103 @@ fn median(mut samples: Vec<Duration>) -> Duration {
     samples[samples.len() / 2]
 }
 
-fn time_audit(nodes: usize, runs: usize) -> (Duration, usize) {
+/// The floor: one pass over the watched pods, grouping them by (class, node).
+fn floor(snap: &Snapshot) -> usize {
+    let mut groups: rustc_hash::FxHashMap<(&str, &str), u32> = rustc_hash::FxHashMap::default();
+    for pod in snap.pods.values() {
+        if pod.finished {
+            continue;
+        }
+        let class = pod.labels.label("app").unwrap_or_default();
+        let node = pod.node.as_deref().unwrap_or_default();
+        *groups.entry((class, node)).or_default() += 1;
+    }
+    groups.len()
+}
+
+struct Sizes {
+    pods: usize,
+    audit: Duration,
+    floor: Duration,
+}
+
+/// Full audit and floor, interleaved run by run so both see the same machine.
+fn time_audit(nodes: usize, runs: usize) -> Sizes {
     let snap = snapshot(nodes);
     let bh = bulkhead();
     let config = AuditConfig::default();
-    let mut samples = Vec::new();
+    let (mut audits, mut floors) = (Vec::new(), Vec::new());
     for _ in 0..runs {
         let t = Instant::now();
         let a = audit(&Selection::parse(&bh), &snap, &config);
-        samples.push(t.elapsed());
+        audits.push(t.elapsed());
+        std::hint::black_box(a);
+        let t = Instant::now();
+        std::hint::black_box(floor(&snap));
+        floors.push(t.elapsed());
+    }
+    Sizes { pods: snap.pods.len(), audit: median(audits), floor: median(floors) }
+}
+
+/// Random pod events on a kept audit state: a pending pod bound, a pod moved
+/// to another node, a pod deleted, a pod created pending. Returns the mean
+/// time of one event (journal it, catch up, verdicts) and of a full audit of
+/// the same snapshot.
+fn time_events(nodes: usize, events: usize) -> (Duration, Duration) {
+    let mut snap = snapshot(nodes);
+    let bh = bulkhead();
+    let config = AuditConfig::default();
+    let mut cache = None;
+    audit_cached(&mut cache, &Selection::parse(&bh), &snap, &config);
+    let total = nodes * PODS_PER_NODE;
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng as usize
+    };
+    let mut pending: Vec<usize> = Vec::new();
+    let mut spent = Duration::ZERO;
+    for i in 0..events {
+        let p = next() % total;
+        let (key, change) = match i % 4 {
+            // A pending pod bound (or, with none pending, one created bound).
+            0 => {
+                let q = pending.pop().unwrap_or(total + i);
+                let (key, info) = pod(&mut snap, q, Some(next() % nodes));
+                (key, Some(info))
+            }
+            // A pod moved to another node (deleted and recreated elsewhere, in one delta).
+            1 => {
+                let (key, info) = pod(&mut snap, p, Some(next() % nodes));
+                (key, Some(info))
+            }
+            2 => (pod(&mut snap, p, None).0, None),
+            // A new pod, not yet scheduled.
+            _ => {
+                pending.push(total + i);
+                let (key, info) = pod(&mut snap, total + i, None);
+                (key, Some(info))
+            }
+        };
+        let t = Instant::now();
+        snap.set_pod(key, change);
+        let a = audit_cached(&mut cache, &Selection::parse(&bh), &snap, &config);
+        spent += t.elapsed();
         std::hint::black_box(a);
     }
-    (median(samples), snap.pods.len())
+    let per_event = spent / events as u32;
+    let full = median(
+        (0..7)
+            .map(|_| {
+                let t = Instant::now();
+                std::hint::black_box(audit(&Selection::parse(&bh), &snap, &config));
+                t.elapsed()
+            })
+            .collect(),
+    );
+    (per_event, full)
 }
 
 /// Heap bytes per pod: the snapshot's stored form (map entry, key, lean pod)
@@ -224,6 +324,12 @@ fn main() {
         println!("audit bench smoke: 1 passed, 0 failed");
         return;
     }
+    // BENCH_EVENT_NODES=1000 times only the events (for profiling).
+    if let Some(nodes) = std::env::var("BENCH_EVENT_NODES").ok().and_then(|n| n.parse().ok()) {
+        let (event, full) = time_events(nodes, 2_000);
+        println!("event {:.1} µs, full audit {:.2} ms", event.as_secs_f64() * 1e6, full.as_secs_f64() * 1e3);
+        return;
+    }
     // BENCH_NODES=5000 times one size (for profiling).
     let sizes: Vec<usize> = match std::env::var("BENCH_NODES").ok().and_then(|n| n.parse().ok()) {
         Some(n) => vec![n],
@@ -231,17 +337,36 @@ fn main() {
     };
     let runs = if sizes.len() == 1 { 50 } else { 7 };
     println!("audit of 20 classes, {PODS_PER_NODE} pods per node, single thread (median of {runs} runs):");
-    for nodes in sizes {
-        let (t, pods) = time_audit(nodes, runs);
+    let mut per_pod = Vec::new();
+    for &nodes in &sizes {
+        let s = time_audit(nodes, runs);
+        let ns = |d: Duration| d.as_secs_f64() * 1e9 / s.pods as f64;
         println!(
-            "  {nodes:>6} nodes {pods:>7} pods: {:>7.1} ms  ({:.0} ns per pod)",
-            t.as_secs_f64() * 1e3,
-            t.as_secs_f64() * 1e9 / pods as f64
+            "  {nodes:>6} nodes {:>7} pods: full audit {:>7.1} ms ({:.0} ns per pod), floor {:>6.1} ms ({:.0} ns per pod)",
+            s.pods,
+            s.audit.as_secs_f64() * 1e3,
+            ns(s.audit),
+            s.floor.as_secs_f64() * 1e3,
+            ns(s.floor)
         );
+        println!("audit/floor {} pods: {:.1}", s.pods, s.audit.as_secs_f64() / s.floor.as_secs_f64());
+        per_pod.push(ns(s.audit));
+    }
+    if per_pod.len() > 1 {
+        let (lo, hi) = per_pod.iter().fold((f64::MAX, 0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+        println!("audit cost per pod, largest over smallest across sizes: {:.2}", hi / lo);
     }
     if std::env::var("BENCH_NODES").is_ok() {
         return;
     }
+    let events = 2_000;
+    let (event, full) = time_events(5_000, events);
+    println!(
+        "one pod event re-audited incrementally (mean of {events}: bind, move, delete, create): {:.1} µs; full audit {:.1} ms",
+        event.as_secs_f64() * 1e6,
+        full.as_secs_f64() * 1e3
+    );
+    println!("event/audit 150000 pods: {:.2}%", event.as_secs_f64() / full.as_secs_f64() * 100.0);
     let (stored, full) = bytes_per_pod(20_000);
     println!("heap bytes per watched pod (20,000 realistic pods):");
     println!("  stored lean form (map entry + key + PodInfo, interned labels): {stored:.0} B");

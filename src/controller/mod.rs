@@ -3,6 +3,7 @@
 //! are written.
 
 mod apply;
+mod audits;
 mod backoff;
 mod error;
 mod events;
@@ -50,6 +51,8 @@ pub struct Context {
     pub backoff: backoff::Backoff,
     pub config: crate::status::Config,
     pub refusals: refusals::RefusalMemory,
+    /// Each Bulkhead's audit counts, kept between reconciles.
+    pub audits: audits::AuditCache,
 }
 
 #[derive(Clone, Debug)]
@@ -84,6 +87,7 @@ pub async fn run(client: Client, options: RunOptions) -> Result<(), Error> {
         backoff: backoff::Backoff::default(),
         config: options.config.clone(),
         refusals: refusals::RefusalMemory::default(),
+        audits: audits::AuditCache::default(),
     });
 
     let listener = tokio::net::TcpListener::bind(options.metrics_addr)

@@ -28,7 +28,9 @@ use crate::{
     crd::{Bulkhead, BulkheadStatus, FIELD_MANAGER, FINALIZER},
     plan::Change,
     snapshot::ObjectKey,
-    status::{evaluate, merge_conditions, reason, ApplyOutcome, ConditionStatus, DesiredCondition, Evaluation, READY},
+    status::{
+        evaluate_cached, merge_conditions, reason, ApplyOutcome, ConditionStatus, DesiredCondition, Evaluation, READY,
+    },
 };
 
 /// How often an unchanged Bulkhead is re-planned anyway (it writes nothing if all is well).
@@ -53,6 +55,7 @@ async fn reconcile_bulkhead(bulkhead: &Bulkhead, ctx: &Context) -> Result<Action
     // Guard: deletion, an unlisted cluster, and the finalizer come first.
     if bulkhead.metadata.deletion_timestamp.is_some() {
         ctx.metrics.forget(&name, bulkhead.spec.classes.iter().map(|c| c.name.clone()));
+        ctx.audits.forget(&name);
         return clean_up(&bulkhead.metadata, ctx).await;
     }
     if !ctx.snapshot.is_ready() {
@@ -64,7 +67,13 @@ async fn reconcile_bulkhead(bulkhead: &Bulkhead, ctx: &Context) -> Result<Action
         return Ok(Action::await_change());
     }
 
-    let evaluation = evaluate(bulkhead, &*ctx.snapshot.read().await, &ctx.config);
+    // The audit's counts are kept between reconciles: a pod event costs in
+    // proportion to itself, not to the cluster.
+    let mut kept = ctx.audits.take(&name);
+    let evaluation = evaluate_cached(bulkhead, &*ctx.snapshot.read().await, &ctx.config, &mut kept);
+    if let Some(state) = kept {
+        ctx.audits.put(&name, state);
+    }
     if let Some(audit) = &evaluation.audit {
         ctx.metrics.record_layers(&name, &audit.layers);
     }

@@ -61,6 +61,7 @@ async fn run(
         backoff: Backoff::default(),
         config: Config::default(),
         refusals: RefusalMemory::default(),
+        audits: Default::default(),
     });
     // The reconcile owns the only clients: when it ends, the mock sees no more requests.
     let task = tokio::spawn(async move { reconcile(Arc::new(obj), ctx).await });

@@ -15,8 +15,8 @@ use k8s_openapi::api::{
 use kube::{api::ObjectMeta, Resource, ResourceExt};
 
 use super::{
-    Autoscaler, EndpointsInfo, Interner, NamespaceInfo, NodeInfo, ObjectKey, PodInfo, RuntimeClassInfo, ServiceInfo,
-    Snapshot, Workload, WorkloadKind,
+    Autoscaler, Delta, EndpointsInfo, Interner, NamespaceInfo, NodeInfo, ObjectKey, PodInfo, RuntimeClassInfo,
+    ServiceInfo, Snapshot, Workload, WorkloadKind,
 };
 use crate::crd::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 
@@ -36,6 +36,20 @@ pub trait Indexed: Resource<DynamicType = ()> + Sized {
     fn kept(&self) -> bool {
         true
     }
+    /// Whether the audit reads this kind: its relist starts a new journal epoch.
+    const JOURNALED: bool = false;
+    /// What the journal records of a change (see `journal.rs`).
+    fn delta(_key: &Self::Key, _old: Option<Self::Lean>, _new: Option<&Self::Lean>) -> Journaled {
+        Journaled::Nothing
+    }
+}
+
+/// What one change means to the journal.
+pub enum Journaled {
+    Nothing,
+    Delta(Delta),
+    /// Not describable as a delta: readers rebuild.
+    NewEpoch,
 }
 
 impl Snapshot {
@@ -46,15 +60,58 @@ impl Snapshot {
             return;
         }
         let lean = obj.lean(&mut self.interner);
-        K::table(self).insert(obj.key(), lean);
+        let key = obj.key();
+        let table = K::table(self);
+        let old = table.insert(key.clone(), lean);
+        let journaled = K::delta(&key, old, table.get(&key));
+        self.journal(journaled);
     }
 
     pub fn delete<K: Indexed>(&mut self, obj: &K) {
-        K::table(self).remove(&obj.key());
+        let key = obj.key();
+        let old = K::table(self).remove(&key);
+        if old.is_some() {
+            let journaled = K::delta(&key, old, None);
+            self.journal(journaled);
+        }
+    }
+
+    /// Set or remove one pod's lean entry directly, journaled as a watch
+    /// event would be (tools and benchmarks that build snapshots in place).
+    pub fn set_pod(&mut self, key: ObjectKey, pod: Option<PodInfo>) {
+        let old = match pod {
+            Some(p) => self.pods.insert(key.clone(), p),
+            None => self.pods.remove(&key),
+        };
+        if old.is_some() || self.pods.contains_key(&key) {
+            let journaled = pod_delta(&key, old, self.pods.get(&key));
+            self.journal(journaled);
+        }
+    }
+
+    /// Set or remove one node's lean entry directly (see `set_pod`).
+    pub fn set_node(&mut self, node: Option<NodeInfo>, name: &str) {
+        let old = match node {
+            Some(n) => self.nodes.insert(name.to_string(), n),
+            None => self.nodes.remove(name),
+        };
+        let journaled = node_delta(name, old, self.nodes.get(name));
+        self.journal(journaled);
+    }
+
+    fn journal(&mut self, journaled: Journaled) {
+        match journaled {
+            Journaled::Nothing => {}
+            Journaled::Delta(d) => self.journal.record(d),
+            Journaled::NewEpoch => self.journal.new_epoch(),
+        }
     }
 
     /// Replace every object of the kind (after a relist).
     pub fn reset<K: Indexed>(&mut self, entries: BTreeMap<K::Key, K::Lean>) {
+        if K::JOURNALED {
+            self.journal.new_epoch();
+        }
         let table = K::table(self);
         table.retain(|k, _| !K::owns(k));
         table.extend(entries);
@@ -78,7 +135,7 @@ fn managed(meta: &ObjectMeta) -> bool {
 
 /// The plain cases: one kind, one table, keyed by name or namespace/name.
 macro_rules! indexed {
-    ($kind:ty, $key:ident, $lean:ty, $table:ident, |$obj:ident, $interner:ident| $make:expr $(, kept: $kept:expr)?) => {
+    ($kind:ty, $key:ident, $lean:ty, $table:ident, |$obj:ident, $interner:ident| $make:expr $(, kept: $kept:expr)? $(, delta: $delta:expr)?) => {
         impl Indexed for $kind {
             type Key = indexed!(@key_type $key);
             type Lean = $lean;
@@ -95,6 +152,10 @@ macro_rules! indexed {
             $(fn kept(&self) -> bool {
                 $kept(self.meta())
             })?
+            $(const JOURNALED: bool = true;
+            fn delta(key: &Self::Key, old: Option<$lean>, new: Option<&$lean>) -> Journaled {
+                $delta(key, old, new)
+            })?
         }
     };
     (@key_type cluster) => { String };
@@ -103,13 +164,37 @@ macro_rules! indexed {
     (@key $self:ident, namespaced) => { ObjectKey::from($self.meta()) };
 }
 
-indexed!(Namespace, cluster, NamespaceInfo, namespaces, |ns, _interner| NamespaceInfo::from(ns));
+// What the audit reads is journaled: pods and node labels as deltas, the
+// rest (which decides which pods a class holds, and which are sandboxed) as
+// a new epoch.
+fn new_epoch_if_changed<K, L: PartialEq>(_: &K, old: Option<L>, new: Option<&L>) -> Journaled {
+    if old.as_ref() == new {
+        Journaled::Nothing
+    } else {
+        Journaled::NewEpoch
+    }
+}
+
+fn pod_delta(key: &ObjectKey, old: Option<PodInfo>, new: Option<&PodInfo>) -> Journaled {
+    Journaled::Delta(Delta::Pod { key: key.clone(), old, new: new.cloned() })
+}
+
+/// Status heartbeats change nodes all the time; only labels and presence matter.
+fn node_delta(name: &str, old: Option<NodeInfo>, new: Option<&NodeInfo>) -> Journaled {
+    if old.as_ref().map(|n| &n.labels) == new.map(|n| &n.labels) {
+        Journaled::Nothing
+    } else {
+        Journaled::Delta(Delta::Node(name.to_string()))
+    }
+}
+
+indexed!(Namespace, cluster, NamespaceInfo, namespaces, |ns, _interner| NamespaceInfo::from(ns), delta: new_epoch_if_changed);
 indexed!(HorizontalPodAutoscaler, namespaced, Autoscaler, autoscalers, |h, _interner| Autoscaler::from(h));
-indexed!(Node, cluster, NodeInfo, nodes, |node, interner| NodeInfo::from_node(node, interner));
-indexed!(Pod, namespaced, PodInfo, pods, |pod, interner| PodInfo::from_pod(pod, interner));
+indexed!(Node, cluster, NodeInfo, nodes, |node, interner| NodeInfo::from_node(node, interner), delta: node_delta);
+indexed!(Pod, namespaced, PodInfo, pods, |pod, interner| PodInfo::from_pod(pod, interner), delta: pod_delta);
 indexed!(Service, namespaced, ServiceInfo, services, |svc, _interner| ServiceInfo::from(svc));
 indexed!(Endpoints, namespaced, EndpointsInfo, endpoints, |ep, _interner| EndpointsInfo::from(ep));
-indexed!(RuntimeClass, cluster, RuntimeClassInfo, runtime_classes, |rc, _interner| RuntimeClassInfo::from(rc));
+indexed!(RuntimeClass, cluster, RuntimeClassInfo, runtime_classes, |rc, _interner| RuntimeClassInfo::from(rc), delta: new_epoch_if_changed);
 // The operator's own children are kept whole (they are few), minus managedFields.
 indexed!(ConfigMap, namespaced, ConfigMap, config_maps, |cm, _interner| {
     let mut cm = cm.clone();

@@ -15,11 +15,13 @@ use k8s_openapi::api::{
 
 mod index;
 mod interned;
+mod journal;
 mod topology;
 mod workloads;
 
-pub use index::Indexed;
+pub use index::{Indexed, Journaled};
 pub use interned::{InternedLabels, Interner, LabelLookup};
+pub use journal::{Cursor, Delta, Journal};
 pub use topology::{normalise_host, EndpointsInfo, NodeInfo, PodInfo, RuntimeClassInfo, ServiceInfo};
 pub use workloads::{
     Autoscaler, Labels, NamespaceInfo, TemplatePlacement, Workload, WorkloadKind, PLACEMENT_ANNOTATION_PREFIX,
@@ -71,6 +73,8 @@ pub struct Snapshot {
     pub runtime_classes: BTreeMap<String, RuntimeClassInfo>,
     /// Shares the label strings of watched pods and nodes.
     pub interner: Interner,
+    /// Recent changes of what the audit reads, for incremental re-audits.
+    pub journal: Journal,
 }
 
 impl Snapshot {

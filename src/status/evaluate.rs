@@ -7,7 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::{build_status, ApplyOutcome};
 use crate::{
-    audit::{audit, Audit, AuditConfig},
+    audit::{audit_cached, Audit, AuditConfig, AuditState},
     crd::{Bulkhead, BulkheadStatus},
     plan::{changes, plan, Change, Plan, PlanConfig},
     select::Selection,
@@ -32,10 +32,21 @@ pub struct Config {
 }
 
 pub fn evaluate(bulkhead: &Bulkhead, snapshot: &Snapshot, config: &Config) -> Evaluation {
+    evaluate_cached(bulkhead, snapshot, config, &mut None)
+}
+
+/// As `evaluate`, keeping the audit's counts in `kept` between calls (see
+/// `audit::audit_cached`); the result is the same.
+pub fn evaluate_cached(
+    bulkhead: &Bulkhead,
+    snapshot: &Snapshot,
+    config: &Config,
+    kept: &mut Option<AuditState>,
+) -> Evaluation {
     let selection = Selection::parse(bulkhead);
     let plan = plan(&selection, snapshot, &config.plan);
     let changes = changes(selection.name(), &plan, snapshot, bulkhead.spec.workload.is_some());
-    let audit = plan.is_valid().then(|| audit(&selection, snapshot, &config.audit));
+    let audit = plan.is_valid().then(|| audit_cached(kept, &selection, snapshot, &config.audit));
     Evaluation { plan, changes, audit }
 }
 

@@ -11,7 +11,7 @@ mod reasons;
 mod shard;
 
 pub use conditions::{merge_conditions, ConditionStatus, DesiredCondition};
-pub use evaluate::{evaluate, Config, Evaluation};
+pub use evaluate::{evaluate, evaluate_cached, Config, Evaluation};
 pub use isolation::isolated_condition;
 pub use reasons::{
     reason, CONTROL_PLANE_LANE, FUNDED, ISOLATED, NODE_GROUPS_READY, PLACED, PROXY_INJECTED, QUOTAS_SCOPED, READY,

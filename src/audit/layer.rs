@@ -1,0 +1,315 @@
+//! The counts behind one layer of the audit (Node, Kernel, Zone or Host):
+//! per domain (a node, a zone, a machine) how many pods of each class it
+//! holds, and from them which pairs of classes share a domain. Pods come
+//! and go one at a time (or a node's pods move zone together); nothing here
+//! looks at the cluster, so a change costs in proportion to itself.
+
+use std::{collections::BTreeSet, sync::Arc};
+
+use rustc_hash::FxHashMap;
+
+use super::domains::PairVerdict;
+use crate::snapshot::ObjectKey;
+
+/// Where a pod sits in a layer.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Dom {
+    /// A domain, numbered by the audit (see `nodes.rs`).
+    Known(u32),
+    /// Placed, but in a domain of its own (a sandboxed pod's guest kernel).
+    Alone,
+    /// The API cannot tell where.
+    Unknown(Why),
+    /// Not counted in this layer at all (a pod not yet scheduled).
+    Ignored,
+}
+
+/// Why a pod's domain is unknown, as a key its doubt is worded from.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Why {
+    /// The node (by number) lacks the label naming the domain, or is not known to the API.
+    Node(u32),
+    /// The pod names a RuntimeClass that does not exist.
+    Pod(ObjectKey),
+    /// Nothing names the domain for any pod (no host label configured).
+    Everywhere,
+}
+
+/// Pods of one class in one domain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cell {
+    pub class: u16,
+    pub count: u32,
+    /// The least pod (by namespace/name), named in evidence; None when it
+    /// is not known here and must be found again (see `verdicts.rs`).
+    pub least: Option<ObjectKey>,
+    /// A build's number for its first pod (the least; see `state::Hints`).
+    pub first: u32,
+}
+
+/// No build numbered this cell's first pod.
+pub const NO_HINT: u32 = u32::MAX;
+
+/// What is known of the least pod of what is added.
+#[derive(Clone, Copy)]
+pub enum Least<'k> {
+    /// This one pod.
+    Pod(&'k ObjectKey),
+    /// Pods arrive in order (a build): the first is the least, numbered
+    /// in the build's hints.
+    First(u32),
+    /// Several pods moved at once: unknown.
+    Unknown,
+}
+
+/// Names domains for ordering evidence: by node name, or by label value.
+pub struct Naming<'n> {
+    pub domains: &'n [Arc<str>],
+    pub nodes: &'n [Arc<str>],
+}
+
+impl Naming<'_> {
+    fn domain(&self, d: u32) -> Arc<str> {
+        self.domains.get(d as usize).cloned().unwrap_or_else(|| Arc::from(""))
+    }
+    fn why(&self, why: &Why) -> Arc<str> {
+        match why {
+            Why::Node(n) => self.nodes.get(*n as usize).cloned().unwrap_or_else(|| Arc::from("")),
+            Why::Pod(key) => Arc::from(key.to_string()),
+            Why::Everywhere => Arc::from(""),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct LayerCounts {
+    n: usize,
+    /// Domain → the classes it holds.
+    pub domains: FxHashMap<u32, Vec<Cell>>,
+    /// Domains holding two classes or more, by name.
+    pub shared: BTreeSet<(Arc<str>, u32)>,
+    /// Per pair a < b (at a·n + b): how many domains hold both.
+    pub pair_domains: Vec<u32>,
+    /// Per class: pods placed (in a known domain or alone).
+    pub placed: Vec<u64>,
+    /// (class, why) → pods whose domain is unknown.
+    pub unknown: FxHashMap<(u16, Why), Cell>,
+    /// Per class, its unknowns in the order their doubts are worded.
+    pub unknown_order: Vec<BTreeSet<(Arc<str>, Why)>>,
+    /// Pods × classes not counted (unscheduled).
+    pub ignored: u64,
+    /// Per pair (a·n + b): its verdict, while nothing it reads has changed.
+    pub pair_cache: Vec<Option<PairVerdict>>,
+    /// Per class: its doubts, likewise.
+    pub doubt_cache: Vec<Option<Vec<String>>>,
+}
+
+impl LayerCounts {
+    pub fn new(n: usize) -> Self {
+        Self {
+            n,
+            domains: FxHashMap::default(),
+            shared: BTreeSet::new(),
+            pair_domains: vec![0; n * n],
+            placed: vec![0; n],
+            unknown: FxHashMap::default(),
+            unknown_order: vec![BTreeSet::new(); n],
+            ignored: 0,
+            pair_cache: vec![None; n * n],
+            doubt_cache: vec![None; n],
+        }
+    }
+
+    /// A cell of `class` in domain `d` came, went or names another pod: the
+    /// pairs of `class` with the other classes there change.
+    fn dirty_domain(&mut self, class: u16, d: u32) {
+        let Some(cells) = self.domains.get(&d) else { return };
+        let others: Vec<u16> = cells.iter().map(|x| x.class).filter(|&o| o != class).collect();
+        for o in others {
+            let p = self.pair(class, o);
+            self.pair_cache[p] = None;
+        }
+    }
+
+    /// What is said of `class` alone changed (placed or not, its doubts):
+    /// every pair with it may change.
+    pub fn dirty_class(&mut self, class: u16) {
+        self.doubt_cache[class as usize] = None;
+        for o in 0..self.n as u16 {
+            if o != class {
+                let p = self.pair(class, o);
+                self.pair_cache[p] = None;
+            }
+        }
+    }
+
+    pub fn classes(&self) -> usize {
+        self.n
+    }
+
+    fn pair(&self, a: u16, b: u16) -> usize {
+        let (a, b) = if a < b { (a, b) } else { (b, a) };
+        a as usize * self.n + b as usize
+    }
+
+    /// Count `count` pods of `class` in `dom`.
+    pub fn add(&mut self, class: u16, dom: &Dom, count: u32, least: Least<'_>, naming: &Naming<'_>) {
+        let c = class as usize;
+        match dom {
+            Dom::Ignored => self.ignored += u64::from(count),
+            Dom::Alone => self.place(c, i64::from(count)),
+            Dom::Known(d) => {
+                self.place(c, i64::from(count));
+                let cells = self.domains.entry(*d).or_default();
+                if let Some(cell) = cells.iter_mut().find(|x| x.class == class) {
+                    cell.count += count;
+                    if lower(cell, least) {
+                        self.dirty_domain(class, *d);
+                    }
+                    return;
+                }
+                cells.push(Cell { class, count, least: owned(least), first: first(least) });
+                let others: Vec<u16> = cells.iter().map(|x| x.class).filter(|&o| o != class).collect();
+                if others.len() == 1 {
+                    self.shared.insert((naming.domain(*d), *d));
+                }
+                for o in others {
+                    let p = self.pair(class, o);
+                    self.pair_domains[p] += 1;
+                    self.pair_cache[p] = None;
+                }
+            }
+            Dom::Unknown(why) => {
+                let key = (class, why.clone());
+                if let Some(cell) = self.unknown.get_mut(&key) {
+                    cell.count += count;
+                    if lower(cell, least) {
+                        self.dirty_class(class);
+                    }
+                    return;
+                }
+                self.unknown_order[c].insert((naming.why(why), why.clone()));
+                self.unknown.insert(key, Cell { class, count, least: owned(least), first: first(least) });
+                self.dirty_class(class);
+            }
+        }
+    }
+
+    /// Uncount `count` pods of `class` from `dom`; `pod` is the one pod
+    /// removed, None when several moved at once.
+    pub fn remove(&mut self, class: u16, dom: &Dom, count: u32, pod: Option<&ObjectKey>, naming: &Naming<'_>) {
+        let c = class as usize;
+        match dom {
+            Dom::Ignored => self.ignored = self.ignored.saturating_sub(u64::from(count)),
+            Dom::Alone => self.place(c, -i64::from(count)),
+            Dom::Known(d) => {
+                self.place(c, -i64::from(count));
+                let Some(cells) = self.domains.get_mut(d) else { return };
+                let Some(i) = cells.iter().position(|x| x.class == class) else { return };
+                if cells[i].count > count {
+                    cells[i].count -= count;
+                    if forget(&mut cells[i], pod) {
+                        self.dirty_domain(class, *d);
+                    }
+                    return;
+                }
+                cells.swap_remove(i);
+                let others: Vec<u16> = cells.iter().map(|x| x.class).collect();
+                if cells.is_empty() {
+                    self.domains.remove(d);
+                }
+                if others.len() == 1 {
+                    self.shared.remove(&(naming.domain(*d), *d));
+                }
+                for o in others {
+                    let p = self.pair(class, o);
+                    self.pair_domains[p] = self.pair_domains[p].saturating_sub(1);
+                    self.pair_cache[p] = None;
+                }
+            }
+            Dom::Unknown(why) => {
+                let key = (class, why.clone());
+                let Some(cell) = self.unknown.get_mut(&key) else { return };
+                if cell.count > count {
+                    cell.count -= count;
+                    if forget(cell, pod) {
+                        self.dirty_class(class);
+                    }
+                    return;
+                }
+                self.unknown.remove(&key);
+                self.unknown_order[c].remove(&(naming.why(why), why.clone()));
+                self.dirty_class(class);
+            }
+        }
+    }
+
+    /// Placed counts only matter as zero or not.
+    fn place(&mut self, c: usize, delta: i64) {
+        let before = self.placed[c];
+        self.placed[c] = before.saturating_add_signed(delta);
+        if (before == 0) != (self.placed[c] == 0) {
+            self.dirty_class(c as u16);
+        }
+    }
+
+    pub fn cell(&self, class: u16, dom: &Dom) -> Option<&Cell> {
+        match dom {
+            Dom::Known(d) => self.domains.get(d)?.iter().find(|x| x.class == class),
+            Dom::Unknown(why) => self.unknown.get(&(class, why.clone())),
+            _ => None,
+        }
+    }
+
+    pub fn cell_mut(&mut self, class: u16, dom: &Dom) -> Option<&mut Cell> {
+        match dom {
+            Dom::Known(d) => self.domains.get_mut(d)?.iter_mut().find(|x| x.class == class),
+            Dom::Unknown(why) => self.unknown.get_mut(&(class, why.clone())),
+            _ => None,
+        }
+    }
+}
+
+fn owned(least: Least<'_>) -> Option<ObjectKey> {
+    match least {
+        Least::Pod(k) => Some(k.clone()),
+        Least::First(_) | Least::Unknown => None,
+    }
+}
+
+fn first(least: Least<'_>) -> u32 {
+    match least {
+        Least::First(n) => n,
+        Least::Pod(_) | Least::Unknown => NO_HINT,
+    }
+}
+
+/// Keep the lesser pod; true when the named pod changed.
+fn lower(cell: &mut Cell, least: Least<'_>) -> bool {
+    match (least, &cell.least) {
+        (Least::Pod(k), Some(old)) if k < old => {
+            cell.least = Some(k.clone());
+            true
+        }
+        (Least::Unknown, Some(_)) => {
+            cell.least = None;
+            true
+        }
+        _ => false,
+    }
+}
+
+/// The least pod left (or moved): it must be found again. True when it did.
+fn forget(cell: &mut Cell, pod: Option<&ObjectKey>) -> bool {
+    match (pod, &cell.least) {
+        (Some(k), Some(old)) if k == old => {
+            cell.least = None;
+            true
+        }
+        (None, Some(_)) => {
+            cell.least = None;
+            true
+        }
+        _ => false,
+    }
+}

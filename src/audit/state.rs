@@ -1,0 +1,284 @@
+//! `AuditState`: the counts behind a Bulkhead's layers, built once from the
+//! snapshot and then kept current from the snapshot's journal, pod by pod and
+//! node by node. A full audit is a build followed by the verdicts; the
+//! controller keeps the state between reconciles, so a pod bound, moved or
+//! deleted costs a few map updates, not a pass over the cluster.
+
+use std::collections::BTreeMap;
+
+use super::{
+    classes::{classes_in, ClassSet, Classifier},
+    domains::PairVerdict,
+    layer::{Dom, LayerCounts, Least, Naming, Why},
+    nodes::{by_label, NodeId, NodeTable},
+    AuditConfig, ZONE_LABEL,
+};
+use crate::{
+    crd::{Bulkhead, BulkheadSpec},
+    select::Selection,
+    snapshot::{Cursor, Delta, ObjectKey, PodInfo, Snapshot},
+};
+
+/// The placement layers counted per domain, in this order.
+pub const NODE: usize = 0;
+pub const KERNEL: usize = 1;
+pub const ZONE: usize = 2;
+pub const HOST: usize = 3;
+
+/// The member pods of a build, in the order counted: a cell made by the
+/// build keeps the number of its first pod (the least: pods arrive in
+/// order), borrowed from the snapshot until the first verdicts name it.
+pub type Hints<'a> = Vec<&'a ObjectKey>;
+
+#[derive(Clone, Debug)]
+pub struct AuditState {
+    spec: BulkheadSpec,
+    pub(super) config: AuditConfig,
+    pub(super) classes: Classifier,
+    pub(super) counts: Counts,
+    cursor: Cursor,
+}
+
+#[derive(Clone, Debug)]
+pub struct Counts {
+    pub nodes: NodeTable,
+    /// Node, Kernel, Zone and Host (see the constants above).
+    pub layers: [LayerCounts; 4],
+    pub process: ProcessCounts,
+}
+
+/// The Process layer: a pod is its own domain, so only pods of two classes
+/// or more are kept.
+#[derive(Clone, Debug)]
+pub struct ProcessCounts {
+    pub members: Vec<u64>,
+    pub multi: BTreeMap<ObjectKey, ClassSet>,
+    pub verdicts: Option<Vec<PairVerdict>>,
+}
+
+impl AuditState {
+    pub fn build<'a>(selection: &Selection<'_>, snapshot: &'a Snapshot, config: &AuditConfig) -> (Self, Hints<'a>) {
+        let classes = Classifier::new(selection, snapshot);
+        let n = selection.classes.len();
+        let mut counts = Counts {
+            nodes: NodeTable::default(),
+            layers: std::array::from_fn(|_| LayerCounts::new(n)),
+            process: ProcessCounts { members: vec![0; n], multi: BTreeMap::new(), verdicts: None },
+        };
+        let mut hints = Hints::default();
+        // Namespaces in order, pods in order within each: every cell's first pod is its least.
+        for ns in classes.all_namespaces() {
+            let selectors = classes.selectors_of(ns);
+            let start = ObjectKey::new(ns, "");
+            for (key, pod) in snapshot.pods.range(start..).take_while(|(k, _)| k.namespace == ns) {
+                let set = classes.classes_in_namespace(selectors, ns, pod);
+                if set != 0 {
+                    counts.add(key, pod, set, snapshot, config, Some(&mut hints));
+                }
+            }
+        }
+        let state = Self {
+            spec: selection.bulkhead.spec.clone(),
+            config: config.clone(),
+            classes,
+            counts,
+            cursor: snapshot.journal.cursor(),
+        };
+        (state, hints)
+    }
+
+    /// Whether this state counts for this Bulkhead and configuration.
+    pub fn fits(&self, bulkhead: &Bulkhead, config: &AuditConfig) -> bool {
+        self.spec == bulkhead.spec && &self.config == config
+    }
+
+    /// Apply what changed since the last call; false when the journal no
+    /// longer holds it all (then build again).
+    pub fn catch_up(&mut self, snapshot: &Snapshot) -> bool {
+        let Some(deltas) = snapshot.journal.since(self.cursor) else { return false };
+        for delta in deltas {
+            match delta {
+                Delta::Pod { key, old, new } => self.pod_changed(key, old.as_ref(), new.as_ref(), snapshot),
+                Delta::Node(name) => self.counts.node_changed(name, snapshot, &self.config),
+            }
+        }
+        self.cursor = snapshot.journal.cursor();
+        true
+    }
+
+    fn pod_changed(&mut self, key: &ObjectKey, old: Option<&PodInfo>, new: Option<&PodInfo>, snapshot: &Snapshot) {
+        let set = |p: Option<&PodInfo>| p.map_or(0, |p| self.classes.classes_of(key, p));
+        let (before, after) = (set(old), set(new));
+        let same_place = |a: &PodInfo, b: &PodInfo| a.node == b.node && a.runtime_class == b.runtime_class;
+        if before == after && (before == 0 || old.zip(new).is_some_and(|(a, b)| same_place(a, b))) {
+            // A status update (phase, IP): nothing the layers count moved.
+            return;
+        }
+        if let Some(old) = old.filter(|_| before != 0) {
+            self.counts.remove(key, old, before, snapshot, &self.config);
+        }
+        if let Some(new) = new.filter(|_| after != 0) {
+            self.counts.add(key, new, after, snapshot, &self.config, None);
+        }
+    }
+
+    /// Find again the least pod of every cell of `class` that lost track of
+    /// it, in one pass over the class's pods in order (the first seen in a
+    /// domain is the least there). Rare: only when a pod that evidence names
+    /// left, or a cell counted by a build without naming its pod becomes
+    /// evidence; afterwards the class's cells know their pods again.
+    pub fn find_least(&mut self, class: u16, snapshot: &Snapshot) {
+        let Some(namespaces) = self.classes.namespaces.get(class as usize) else { return };
+        for ns in namespaces {
+            let selectors = self.classes.selectors_of(ns);
+            for (key, pod) in snapshot.pods_in(ns) {
+                if self.classes.classes_in_namespace(selectors, ns, pod) & (1 << class) == 0 {
+                    continue;
+                }
+                let node = pod.node.as_ref().and_then(|n| self.counts.nodes.find(n));
+                let doms = self.counts.doms(key, pod, node, snapshot, &self.config);
+                for (i, dom) in doms.iter().enumerate() {
+                    if let Some(cell) = self.counts.layers[i].cell_mut(class, dom) {
+                        if cell.least.is_none() {
+                            cell.least = Some(key.clone());
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Counts {
+    fn labels(config: &AuditConfig) -> (&str, Option<&str>) {
+        (ZONE_LABEL, config.host_label.as_deref())
+    }
+
+    /// Where a member pod sits in each counted layer.
+    pub fn doms(
+        &self,
+        key: &ObjectKey,
+        pod: &PodInfo,
+        node: Option<NodeId>,
+        snapshot: &Snapshot,
+        config: &AuditConfig,
+    ) -> [Dom; 4] {
+        let Some(node) = node else {
+            let host = if config.host_label.is_some() { Dom::Ignored } else { Dom::Unknown(Why::Everywhere) };
+            return [Dom::Ignored, Dom::Ignored, Dom::Ignored, host];
+        };
+        let kernel = match pod.runtime_class.as_deref() {
+            None => Dom::Known(node),
+            Some(rc) => match snapshot.runtime_classes.get(rc) {
+                Some(info) if config.sandboxed(&info.handler) => Dom::Alone,
+                Some(_) => Dom::Known(node),
+                None => Dom::Unknown(Why::Pod(key.clone())),
+            },
+        };
+        let slot = &self.nodes.slots[node as usize];
+        let host = match config.host_label {
+            Some(_) => by_label(node, slot, slot.host),
+            None => Dom::Unknown(Why::Everywhere),
+        };
+        [Dom::Known(node), kernel, by_label(node, slot, slot.zone), host]
+    }
+
+    fn add<'a>(
+        &mut self,
+        key: &'a ObjectKey,
+        pod: &PodInfo,
+        set: ClassSet,
+        snapshot: &Snapshot,
+        config: &AuditConfig,
+        hints: Option<&mut Hints<'a>>,
+    ) {
+        let node = pod.node.as_ref().map(|n| self.nodes.id(n, snapshot, Self::labels(config)));
+        let doms = self.doms(key, pod, node, snapshot, config);
+        let least = match hints {
+            Some(h) => {
+                h.push(key);
+                Least::First(u32::try_from(h.len() - 1).unwrap_or(u32::MAX))
+            }
+            None => Least::Pod(key),
+        };
+        for class in classes_in(set) {
+            for (i, dom) in doms.iter().enumerate() {
+                self.layers[i].add(class, dom, 1, least, &naming(&self.nodes, i));
+            }
+            self.process.add(class, 1);
+        }
+        if set.count_ones() > 1 {
+            self.process.multi.insert(key.clone(), set);
+            self.process.verdicts = None;
+        }
+    }
+
+    fn remove(&mut self, key: &ObjectKey, pod: &PodInfo, set: ClassSet, snapshot: &Snapshot, config: &AuditConfig) {
+        let node = pod.node.as_ref().map(|n| self.nodes.id(n, snapshot, Self::labels(config)));
+        let doms = self.doms(key, pod, node, snapshot, config);
+        for class in classes_in(set) {
+            for (i, dom) in doms.iter().enumerate() {
+                let naming = naming(&self.nodes, i);
+                self.layers[i].remove(class, dom, 1, Some(key), &naming);
+            }
+            self.process.add(class, -1);
+        }
+        if self.process.multi.remove(key).is_some() {
+            self.process.verdicts = None;
+        }
+    }
+
+    /// A node appeared, went or was relabelled: its pods move zone or host
+    /// together, by their counts in the Node layer.
+    fn node_changed(&mut self, name: &str, snapshot: &Snapshot, config: &AuditConfig) {
+        let Some(id) = self.nodes.find(name) else { return };
+        let old = self.nodes.slots[id as usize].clone();
+        let new = self.nodes.slot(old.name.clone(), snapshot, Self::labels(config));
+        if new == old {
+            return;
+        }
+        let moved: Vec<(u16, u32)> = self.layers[NODE]
+            .domains
+            .get(&id)
+            .map(|cells| cells.iter().map(|c| (c.class, c.count)).collect())
+            .unwrap_or_default();
+        let mut layers = vec![(ZONE, by_label(id, &old, old.zone), by_label(id, &new, new.zone))];
+        if config.host_label.is_some() {
+            layers.push((HOST, by_label(id, &old, old.host), by_label(id, &new, new.host)));
+        }
+        for (layer, from, to) in layers {
+            if from == to {
+                if old.known != new.known {
+                    // Still unknown, for another reason: the doubts read differently.
+                    for &(class, _) in &moved {
+                        self.layers[layer].dirty_class(class);
+                    }
+                }
+                continue;
+            }
+            for &(class, count) in &moved {
+                let naming = Naming { domains: &self.nodes.values, nodes: &self.nodes.names };
+                self.layers[layer].remove(class, &from, count, None, &naming);
+                self.layers[layer].add(class, &to, count, Least::Unknown, &naming);
+            }
+        }
+        self.nodes.slots[id as usize] = new;
+    }
+}
+
+/// Node and Kernel domains are nodes; Zone and Host domains are label values.
+fn naming(nodes: &NodeTable, layer: usize) -> Naming<'_> {
+    let domains = if layer == NODE || layer == KERNEL { &nodes.names } else { &nodes.values };
+    Naming { domains, nodes: &nodes.names }
+}
+
+impl ProcessCounts {
+    fn add(&mut self, class: u16, delta: i64) {
+        let c = class as usize;
+        let before = self.members[c];
+        self.members[c] = before.saturating_add_signed(delta);
+        if (before == 0) != (self.members[c] == 0) {
+            self.verdicts = None;
+        }
+    }
+}

@@ -1,0 +1,219 @@
+//! Verdicts from the counts, per pair of classes: Shared where a domain
+//! holds both (evidence: the first three such domains by name, each with the
+//! least pod of either class there), else Unverified with the doubts, else
+//! Separate. Cached per layer until something they read changes, so an
+//! event that only moves a count costs nothing here.
+
+use super::{
+    domains::{dedup_keep_order, PairVerdict},
+    layer::{Dom, Why},
+    state::{AuditState, Hints, KERNEL, NODE, ZONE},
+    ZONE_LABEL,
+};
+use crate::{crd::LayerState, select::Source, snapshot::Snapshot};
+
+/// How much evidence a pair carries: enough to act on, not a dump.
+const MAX_EVIDENCE: usize = 3;
+
+impl AuditState {
+    /// Pairs of a counted layer (NODE, KERNEL, ZONE or HOST). Only pairs
+    /// whose inputs changed since the last call are worked out again.
+    pub fn layer_pairs(&mut self, layer: usize, snapshot: &Snapshot, hints: &Hints<'_>) -> Vec<PairVerdict> {
+        let l = &self.counts.layers[layer];
+        let n = l.classes();
+        let stale: Vec<(usize, usize)> = (0..n)
+            .flat_map(|a| (a + 1..n).map(move |b| (a, b)))
+            .filter(|&(a, b)| l.pair_cache[a * n + b].is_none())
+            .collect();
+        if !stale.is_empty() {
+            self.work_out(layer, &stale, snapshot, hints);
+        }
+        let l = &self.counts.layers[layer];
+        (0..n).flat_map(|a| (a + 1..n).map(move |b| a * n + b)).filter_map(|p| l.pair_cache[p].clone()).collect()
+    }
+
+    fn work_out(&mut self, layer: usize, stale: &[(usize, usize)], snapshot: &Snapshot, hints: &Hints<'_>) {
+        let l = &self.counts.layers[layer];
+        let n = l.classes();
+        // The first shared domains of each stale pair, walking domains in
+        // name order until every one that shares has its evidence.
+        let mut wanted = vec![0usize; n * n];
+        let mut need = 0;
+        for &(a, b) in stale {
+            wanted[a * n + b] = (l.pair_domains[a * n + b] as usize).min(MAX_EVIDENCE);
+            need += usize::from(wanted[a * n + b] > 0);
+        }
+        let mut chosen: Vec<Vec<u32>> = vec![Vec::new(); n * n];
+        for (_, d) in &l.shared {
+            if need == 0 {
+                break;
+            }
+            let Some(cells) = l.domains.get(d) else { continue };
+            for (x, a) in cells.iter().enumerate() {
+                for b in &cells[x + 1..] {
+                    let (a, b) = if a.class < b.class { (a.class, b.class) } else { (b.class, a.class) };
+                    let p = a as usize * n + b as usize;
+                    if chosen[p].len() < wanted[p] {
+                        chosen[p].push(*d);
+                        if chosen[p].len() == wanted[p] {
+                            need -= 1;
+                        }
+                    }
+                }
+            }
+        }
+        for &(a, b) in stale {
+            let domains = std::mem::take(&mut chosen[a * n + b]);
+            let verdict = if domains.is_empty() {
+                let mut both: Vec<String> = self.doubts(layer, a as u16, snapshot, hints);
+                both.extend(self.doubts(layer, b as u16, snapshot, hints));
+                dedup_keep_order(&mut both);
+                if both.is_empty() {
+                    PairVerdict { a, b, state: LayerState::Separate, evidence: Vec::new() }
+                } else {
+                    both.truncate(MAX_EVIDENCE);
+                    PairVerdict { a, b, state: LayerState::Unverified, evidence: both }
+                }
+            } else {
+                let evidence = domains
+                    .into_iter()
+                    .map(|d| {
+                        let dom = Dom::Known(d);
+                        let pa = self.least(layer, a as u16, &dom, snapshot, hints);
+                        let pb = self.least(layer, b as u16, &dom, snapshot, hints);
+                        self.describe(layer, d, &pa, &pb)
+                    })
+                    .collect();
+                PairVerdict { a, b, state: LayerState::Shared, evidence }
+            };
+            self.counts.layers[layer].pair_cache[a * n + b] = Some(verdict);
+        }
+    }
+
+    fn describe(&self, layer: usize, d: u32, a: &str, b: &str) -> String {
+        let nodes = &self.counts.nodes;
+        let name = |v: &[std::sync::Arc<str>]| v.get(d as usize).map(ToString::to_string).unwrap_or_default();
+        match layer {
+            NODE => format!("node {} runs {a} and {b}", name(&nodes.names)),
+            KERNEL => format!("node {} runs {a} and {b} on its kernel (neither is sandboxed)", name(&nodes.names)),
+            ZONE => format!("zone {} holds {a} and {b}", name(&nodes.values)),
+            _ => format!("host {} holds {a} and {b}", name(&nodes.values)),
+        }
+    }
+
+    /// The doubts of one class in a layer: that none of its pods is placed,
+    /// then the first few unknowns in order.
+    fn doubts(&mut self, layer: usize, class: u16, snapshot: &Snapshot, hints: &Hints<'_>) -> Vec<String> {
+        let c = class as usize;
+        if let Some(d) = &self.counts.layers[layer].doubt_cache[c] {
+            return d.clone();
+        }
+        let l = &self.counts.layers[layer];
+        let mut out = Vec::new();
+        if l.placed[c] == 0 && l.unknown_order[c].is_empty() {
+            out.push(self.unplaced(c));
+        }
+        let whys: Vec<Why> = l.unknown_order[c].iter().take(MAX_EVIDENCE).map(|(_, w)| w.clone()).collect();
+        for why in whys {
+            let text = match &why {
+                Why::Everywhere => {
+                    "no host label is configured (--host-label): the machine under a node is not visible to the API"
+                        .to_string()
+                }
+                Why::Pod(pod) => {
+                    let rc = snapshot.pods.get(pod).and_then(|p| p.runtime_class.as_deref()).unwrap_or_default();
+                    format!("pod {pod} names RuntimeClass {rc}, which does not exist")
+                }
+                Why::Node(node) => {
+                    let pod = self.least(layer, class, &Dom::Unknown(why.clone()), snapshot, hints);
+                    let slot = &self.counts.nodes.slots[*node as usize];
+                    let label =
+                        if layer == ZONE { ZONE_LABEL } else { self.config.host_label.as_deref().unwrap_or_default() };
+                    if slot.known {
+                        format!("node {} (running {pod}) has no {label} label", slot.name)
+                    } else {
+                        format!("node {} (running {pod}) is not known to the API", slot.name)
+                    }
+                }
+            };
+            out.push(text);
+        }
+        self.counts.layers[layer].doubt_cache[c] = Some(out.clone());
+        out
+    }
+
+    fn unplaced(&self, c: usize) -> String {
+        let name = &self.classes.names[c];
+        match self.classes.sources.get(c) {
+            Some(Source::Unknown) | None => format!(
+                "class {name} has no pods selectors and the Bulkhead names no workload: where it runs is unknown"
+            ),
+            _ => format!("no pods of class {name} are placed yet"),
+        }
+    }
+
+    /// The least pod of a class in a domain, as text: kept in its cell, else
+    /// from the build's hints, else found again (with every other cell of
+    /// the class that lost track of its own) and kept.
+    fn least(&mut self, layer: usize, class: u16, dom: &Dom, snapshot: &Snapshot, hints: &Hints<'_>) -> String {
+        let cell = self.counts.layers[layer].cell(class, dom);
+        if let Some(k) = cell.and_then(|c| c.least.as_ref()) {
+            return k.to_string();
+        }
+        if let Some(k) = cell.and_then(|c| hints.get(c.first as usize)) {
+            let k = (*k).clone();
+            let text = k.to_string();
+            if let Some(cell) = self.counts.layers[layer].cell_mut(class, dom) {
+                cell.least = Some(k);
+            }
+            return text;
+        }
+        self.find_least(class, snapshot);
+        let cell = self.counts.layers[layer].cell(class, dom);
+        cell.and_then(|c| c.least.as_ref()).map(ToString::to_string).unwrap_or_default()
+    }
+
+    /// Pairs of the Process layer: a pod of two classes is one process they share.
+    pub fn process_pairs(&mut self) -> Vec<PairVerdict> {
+        if let Some(v) = &self.counts.process.verdicts {
+            return v.clone();
+        }
+        let n = self.counts.process.members.len();
+        let mut shared: Vec<Vec<String>> = vec![Vec::new(); n * n];
+        for (pod, set) in &self.counts.process.multi {
+            let classes: Vec<usize> = super::classes::classes_in(*set).map(usize::from).collect();
+            for (x, &a) in classes.iter().enumerate() {
+                for &b in &classes[x + 1..] {
+                    let slot = &mut shared[a * n + b];
+                    if slot.len() < MAX_EVIDENCE {
+                        slot.push(format!("pod {pod} serves both: one heap, one garbage collector"));
+                    }
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for a in 0..n {
+            for b in a + 1..n {
+                let evidence = std::mem::take(&mut shared[a * n + b]);
+                if !evidence.is_empty() {
+                    out.push(PairVerdict { a, b, state: LayerState::Shared, evidence });
+                    continue;
+                }
+                let doubts: Vec<String> = [a, b]
+                    .into_iter()
+                    .filter(|&c| self.counts.process.members[c] == 0)
+                    .map(|c| self.unplaced(c))
+                    .collect();
+                let state = if doubts.is_empty() { LayerState::Separate } else { LayerState::Unverified };
+                out.push(PairVerdict { a, b, state, evidence: doubts });
+            }
+        }
+        self.counts.process.verdicts = Some(out.clone());
+        out
+    }
+
+    /// Pods × classes not yet bound to a node.
+    pub fn unscheduled(&self) -> usize {
+        usize::try_from(self.counts.layers[NODE].ignored).unwrap_or(usize::MAX)
+    }
+}
