@@ -904,10 +904,22 @@ fn malformed(id: &str) -> Vec<(String, Value, &'static str)> {
             ),
             "spec.classes[0].pods.podSelector",
         ),
+        // (A topologyKey that is not a label key used to be here: the CRD's
+        // schema now refuses it, see `the_schema_refuses_what_it_can_carry`.)
         (
-            "anti-affinity-key",
-            one(json!({"pods": pods, "antiAffinity": {"topologyKey": "not a key!"}})),
-            "spec.classes[0].antiAffinity.topologyKey",
+            "podsel-label-key",
+            one(
+                json!({"pods": {"namespaceSelector": {"matchLabels": {"team": "t"}}, "podSelector": {"matchLabels": {"bad key!": "x"}}}}),
+            ),
+            "spec.classes[0].pods.podSelector.matchLabels",
+        ),
+        (
+            "sharding-outside-tenant",
+            spec(
+                json!([class(json!({}))]),
+                json!({"dimension": "Criticality", "shuffleSharding": {"nodes": {"selector": {}}, "shardSize": 1}}),
+            ),
+            "spec.shuffleSharding",
         ),
         ("quota-no-ns-selector", one(json!({"quota": {"hard": {"pods": "4"}}})), "spec.classes[0].quota"),
         ("proxy-ingress-no-ports", proxy(json!({"mode": "Ingress"})), "spec.workload.proxy"),
@@ -1018,6 +1030,12 @@ async fn malformed_bulkheads_are_refused_by_field_and_good_ones_unaffected() {
     let client = cp.client().await;
     let case = Case::new("malformed", 2, &["a"]).await;
     let bad = malformed(&case.id);
+    // What the CRD can carry, the API server itself refuses, naming the field.
+    let refused = json!({"apiVersion": "bulkhead.dev/v1alpha1", "kind": "Bulkhead", "metadata": {"name": format!("{}-schema", case.id)},
+        "spec": {"dimension": "Tenant", "pool": {"resource": "connections", "capacity": 100},
+                 "classes": [{"name": "a", "reserved": 10, "antiAffinity": {"topologyKey": "not a key!"}}]}});
+    let (ok, _, stderr) = cp.try_apply_yaml(&refused.to_string());
+    assert!(!ok && stderr.contains("spec.classes.antiAffinity.topologyKey"), "the schema refuses it: {stderr}");
     let mut docs: Vec<Value> = bad
         .iter()
         .map(|(name, spec, _)| json!({"apiVersion": "bulkhead.dev/v1alpha1", "kind": "Bulkhead", "metadata": {"name": name}, "spec": spec}))
