@@ -32,7 +32,7 @@ use kube::{
 };
 use serde_json::{json, Value};
 use support::{
-    audit, condition,
+    audit, condition, names_with_prefix,
     operator::{second_service_account, Operator, NAMESPACE, USER},
     unique_suffix, wait_for, ControlPlane, TestNamespace,
 };
@@ -225,31 +225,13 @@ async fn problems(client: &Client, case: &Case, counts: &[(&str, u32)]) -> Vec<S
         out.push("no pool config ConfigMap".into());
     }
     let want: BTreeSet<String> = counts.iter().map(|(c, _)| format!("bulkhead-{name}.{c}")).collect();
-    let quotas: BTreeSet<String> = Api::<ResourceQuota>::namespaced(client.clone(), ns)
-        .list(&ListParams::default())
-        .await
-        .map(|l| {
-            l.items
-                .into_iter()
-                .filter_map(|q| q.metadata.name)
-                .filter(|n| n.starts_with(&format!("bulkhead-{name}.")))
-                .collect()
-        })
-        .unwrap_or_default();
+    let prefix = format!("bulkhead-{name}.");
+    let quotas =
+        names_with_prefix(&Api::<ResourceQuota>::namespaced(client.clone(), ns), &prefix).await.unwrap_or_default();
     if quotas != want {
         out.push(format!("quotas {quotas:?}, not {want:?}"));
     }
-    let pcs: BTreeSet<String> = Api::<PriorityClass>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .map(|l| {
-            l.items
-                .into_iter()
-                .filter_map(|q| q.metadata.name)
-                .filter(|n| n.starts_with(&format!("bulkhead-{name}.")))
-                .collect()
-        })
-        .unwrap_or_default();
+    let pcs = names_with_prefix(&Api::<PriorityClass>::all(client.clone()), &prefix).await.unwrap_or_default();
     if pcs != want {
         out.push(format!("PriorityClasses {pcs:?}, not {want:?}"));
     }

@@ -27,6 +27,7 @@ use serde_json::{json, Value};
 use support::{
     audit, condition,
     kubelet::FakeKubelet,
+    names_with_prefix,
     operator::{Operator, USER},
     unique_suffix, wait_for, ControlPlane, TestNamespace,
 };
@@ -441,15 +442,9 @@ spec:
         statefulset_before,
         "the StatefulSet's spec is as it was"
     );
-    let left: Vec<String> = priority_classes
-        .list(&ListParams::default())
+    let left = names_with_prefix(&Api::<PriorityClass>::all(client.clone()), &format!("bulkhead-{name}."))
         .await
-        .expect("list PriorityClasses")
-        .items
-        .into_iter()
-        .filter_map(|pc| pc.metadata.name)
-        .filter(|n| n.starts_with(&format!("bulkhead-{name}.")))
-        .collect();
+        .expect("list PriorityClasses");
     assert!(left.is_empty(), "PriorityClasses left behind: {left:?}");
     let quotas =
         Api::<ResourceQuota>::namespaced(client.clone(), &ns.name).list(&ListParams::default()).await.expect("quotas");

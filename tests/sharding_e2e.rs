@@ -29,6 +29,7 @@ use serde_json::{json, Value};
 use support::{
     audit, condition,
     kubelet::FakeKubelet,
+    names_with_prefix,
     operator::{Operator, USER},
     unique_suffix, wait_for, ControlPlane, TestNamespace,
 };
@@ -249,14 +250,8 @@ async fn tenants_run_only_on_their_shards_a_lost_node_reshards_only_its_holders_
     let mut nodes_expected = nodes_before;
     nodes_expected.remove(&lost);
     assert_eq!(node_labels(&client).await, nodes_expected);
-    let left: Vec<String> = Api::<PriorityClass>::all(client.clone())
-        .list(&ListParams::default())
+    let left = names_with_prefix(&Api::<PriorityClass>::all(client.clone()), &format!("bulkhead-{name}."))
         .await
-        .expect("list PriorityClasses")
-        .items
-        .into_iter()
-        .filter_map(|pc| pc.metadata.name)
-        .filter(|n| n.starts_with(&format!("bulkhead-{name}.")))
-        .collect();
+        .expect("list PriorityClasses");
     assert!(left.is_empty(), "PriorityClasses left behind: {left:?}");
 }

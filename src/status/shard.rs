@@ -2,7 +2,7 @@
 //! figures of the actual assignment, and the Node layer told the truth that
 //! sharded tenants share nodes, identical shards first.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use super::{
     reasons::{reason, SHUFFLE_SHARDED},
@@ -74,6 +74,14 @@ pub fn annotate_node_layer(layers: &mut [LayerStatus], shards: &ShardPlan, class
         .iter()
         .filter_map(|c| Some((c, shards.shards.get(c)?.iter().map(String::as_str).collect())))
         .collect();
+    // Each listed pair's position, looked up once instead of by a scan per pair.
+    let mut at: HashMap<(String, String), usize> = layer
+        .pairs
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.classes.len() == 2)
+        .map(|(i, p)| ((p.classes[0].clone(), p.classes[1].clone()), i))
+        .collect();
     // (identical, overlap) per annotated pair, to sort by.
     let mut weight: Vec<(bool, usize)> = vec![(false, 0); layer.pairs.len()];
     for (i, (a, shard_a)) in tenants.iter().enumerate() {
@@ -88,9 +96,7 @@ pub fn annotate_node_layer(layers: &mut [LayerStatus], shards: &ShardPlan, class
             } else {
                 format!("shards overlap on {} ({} of {k} nodes)", common.join(", "), common.len())
             };
-            let at =
-                layer.pairs.iter().position(|p| p.classes.len() == 2 && p.classes[0] == **a && p.classes[1] == **b);
-            let at = at.unwrap_or_else(|| {
+            let index = *at.entry(((*a).clone(), (*b).clone())).or_insert_with(|| {
                 layer.pairs.push(PairStatus {
                     classes: vec![(*a).clone(), (*b).clone()],
                     state: LayerState::Shared,
@@ -99,19 +105,18 @@ pub fn annotate_node_layer(layers: &mut [LayerStatus], shards: &ShardPlan, class
                 weight.push((false, 0));
                 layer.pairs.len() - 1
             });
-            let pair = &mut layer.pairs[at];
+            let pair = &mut layer.pairs[index];
             pair.state = LayerState::Shared;
             pair.evidence.insert(0, evidence);
             pair.evidence.truncate(MAX_EVIDENCE);
-            weight[at] = (identical, common.len());
+            weight[index] = (identical, common.len());
         }
     }
-    let mut order: Vec<usize> = (0..layer.pairs.len()).collect();
     // Stable: pairs of equal weight keep the audit's (spec) order.
-    order.sort_by_key(|&i| std::cmp::Reverse(weight[i]));
-    let pairs = std::mem::take(&mut layer.pairs);
-    let mut slots: Vec<Option<PairStatus>> = pairs.into_iter().map(Some).collect();
-    layer.pairs = order.into_iter().filter_map(|i| slots[i].take()).collect();
+    let mut weighted: Vec<((bool, usize), PairStatus)> =
+        weight.into_iter().zip(std::mem::take(&mut layer.pairs)).collect();
+    weighted.sort_by_key(|(w, _)| std::cmp::Reverse(*w));
+    layer.pairs = weighted.into_iter().map(|(_, p)| p).collect();
     if layer.pairs.iter().any(|p| p.state == LayerState::Shared) {
         layer.state = LayerState::Shared;
     }

@@ -235,3 +235,13 @@ where
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// Names of the objects `api` lists that start with `prefix` (e.g. a Bulkhead's
+/// `bulkhead-<name>.` quotas and PriorityClasses).
+pub async fn names_with_prefix<K>(api: &kube::Api<K>, prefix: &str) -> kube::Result<std::collections::BTreeSet<String>>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let list = api.list(&kube::api::ListParams::default()).await?;
+    Ok(list.items.into_iter().filter_map(|o| o.meta().name.clone()).filter(|n| n.starts_with(prefix)).collect())
+}
