@@ -32,7 +32,7 @@ pub use proxy::{
 };
 pub use quantity::nano_units;
 pub use quotas::{quota_name, QuotaCollision};
-pub use shard::{is_tenant, ShardPlan, HOSTNAME_LABEL};
+pub use shard::ShardPlan;
 pub use validate::validate;
 
 use nodes::plan_node_groups;

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use crate::{
-    crd::{BulkheadSpec, ClassSpec},
+    crd::BulkheadSpec,
     select::{Selection, SpecError},
     shard::{assign, report, ShardReport},
     snapshot::{LabelLookup, Snapshot},
@@ -21,8 +21,6 @@ pub struct ShardPlan {
     pub shard_size: usize,
     /// Candidate nodes (matching the selector, with a hostname label), sorted.
     pub candidates: Vec<String>,
-    /// The tenants: classes that are not critical, in spec order.
-    pub tenants: Vec<String>,
     /// Each tenant's shard (node names); empty when no assignment is possible.
     pub shards: BTreeMap<String, Vec<String>>,
     /// The hostname label of every candidate node.
@@ -45,11 +43,6 @@ impl ShardPlan {
     }
 }
 
-/// Whether a class takes part in the sharding: the control-plane lane does not.
-pub fn is_tenant(class: &ClassSpec) -> bool {
-    !class.critical
-}
-
 pub fn plan_shards(selection: &Selection<'_>, snapshot: &Snapshot) -> Option<ShardPlan> {
     let bulkhead = selection.bulkhead;
     let spec = bulkhead.spec.shuffle_sharding.as_ref()?;
@@ -63,7 +56,8 @@ pub fn plan_shards(selection: &Selection<'_>, snapshot: &Snapshot) -> Option<Sha
         }
     }
     let candidates: Vec<String> = hostnames.keys().cloned().collect();
-    let tenants: Vec<String> = bulkhead.spec.classes.iter().filter(|c| is_tenant(c)).map(|c| c.name.clone()).collect();
+    // The tenants: every class but the control-plane lane, in spec order.
+    let tenants: Vec<String> = bulkhead.spec.classes.iter().filter(|c| !c.critical).map(|c| c.name.clone()).collect();
     let shard_size = spec.shard_size as usize;
     let previous: BTreeMap<String, Vec<String>> = bulkhead
         .status
@@ -75,7 +69,6 @@ pub fn plan_shards(selection: &Selection<'_>, snapshot: &Snapshot) -> Option<Sha
     let mut plan = ShardPlan {
         shard_size,
         candidates,
-        tenants,
         shards: BTreeMap::new(),
         hostnames,
         placed: Vec::new(),
@@ -83,7 +76,7 @@ pub fn plan_shards(selection: &Selection<'_>, snapshot: &Snapshot) -> Option<Sha
         report: None,
         shortfall: None,
     };
-    if plan.tenants.is_empty() {
+    if tenants.is_empty() {
         plan.shortfall = Some("every class is critical: there is no tenant to shard".to_string());
         return Some(plan);
     }
@@ -95,7 +88,7 @@ pub fn plan_shards(selection: &Selection<'_>, snapshot: &Snapshot) -> Option<Sha
         ));
         return Some(plan);
     }
-    match assign(&plan.tenants, &plan.candidates, shard_size, &previous) {
+    match assign(&tenants, &plan.candidates, shard_size, &previous) {
         Ok(assignment) => {
             plan.report = Some(report(&assignment.shards, &plan.candidates));
             plan.shards = assignment.shards;
