@@ -24,6 +24,7 @@ use super::{
 use crate::{
     crd::ClassSpec,
     select::{PodSelection, Selection},
+    shard::fnv1a64,
     snapshot::{ObjectKey, Snapshot, TemplatePlacement, Workload, WorkloadKind, PLACEMENT_ANNOTATION_PREFIX},
 };
 
@@ -344,10 +345,5 @@ pub(super) fn with_annotation(mut body: Value, annotation: &str, fingerprint: &s
 
 /// FNV-1a of the body's JSON: stable across builds and platforms, unlike std's hasher.
 pub(super) fn fingerprint(body: &Value) -> String {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in body.to_string().bytes() {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("{hash:016x}")
+    format!("{:016x}", fnv1a64(body.to_string().as_bytes()))
 }
