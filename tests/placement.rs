@@ -770,3 +770,159 @@ fn placement_needs_a_pod_selector_a_label_key_and_is_off_unless_a_class_asks() {
     assert!(status.conditions.iter().all(|c| c.type_ != NODE_GROUPS_READY && c.type_ != PLACED));
     assert!(changes("a", &p, &cluster.snapshot(), false).is_empty());
 }
+
+/// A Bulkhead of one class `batch` wanting `count` nodes of pool=general and
+/// placing `app: checkout` workloads, created at `second`.
+fn rival(name: &str, second: i64, count: u32) -> Bulkhead {
+    let mut bh = bulkhead(&format!(
+        r#"
+  - name: batch
+    reserved: 40
+    pods: {{namespaceSelector: {{matchLabels: {{team: shop}}}}, podSelector: {{matchLabels: {{app: checkout}}}}}}
+    nodes: {{selector: {{matchLabels: {{pool: general}}}}, count: {count}}}
+"#
+    ));
+    bh.metadata.name = Some(name.into());
+    bh.metadata.creation_timestamp = Some(Time(jiff::Timestamp::from_second(second).expect("time")));
+    bh
+}
+
+/// `shop()` created at second 100.
+fn shop_at_100() -> Bulkhead {
+    let mut bh = shop();
+    bh.metadata.creation_timestamp = Some(Time(jiff::Timestamp::from_second(100).expect("time")));
+    bh
+}
+
+/// The cluster's snapshot, knowing when each of `bulkheads` was created.
+fn ranked(cluster: &Cluster, bulkheads: &[&Bulkhead]) -> Snapshot {
+    let mut s = cluster.snapshot();
+    for bh in bulkheads {
+        s.seniority.insert(&bh.metadata);
+    }
+    s
+}
+
+fn plan_and_apply(cluster: &mut Cluster, bh: &Bulkhead, all: &[&Bulkhead]) -> Plan {
+    let name = bh.metadata.name.clone().expect("named");
+    let p = plan(bh, &ranked(cluster, all));
+    cluster.apply(&changes(&name, &p, &ranked(cluster, all), false));
+    p
+}
+
+#[test]
+fn where_two_bulkheads_claimed_one_node_the_older_keeps_it_and_the_newer_moves() {
+    let mut cluster = Cluster::with_nodes(&["node-1", "node-2", "node-3", "node-4", "node-5", "node-6"]);
+    let (shop, late) = (shop_at_100(), rival("late", 200, 1));
+    // Both wrote a claim on node-1 before seeing the other's.
+    cluster.node(
+        "node-1",
+        json!({"pool": "general", KEY: "checkout", "bulkhead.dev/late": "batch"}),
+        json!([taint(KEY, "checkout", "NoSchedule"), taint("bulkhead.dev/late", "batch", "NoSchedule")]),
+        true,
+    );
+    let all = [&shop, &late];
+    let p = plan_and_apply(&mut cluster, &shop, &all);
+    assert_eq!(claimed(&p, "checkout"), ["node-1", "node-2"], "the older keeps node-1");
+    let p = plan_and_apply(&mut cluster, &late, &all);
+    assert_eq!(claimed(&p, "batch"), ["node-5"], "the newer lets node-1 go and takes a free node");
+    let node1 = &cluster.nodes["node-1"];
+    assert!(node1["metadata"]["labels"].get("bulkhead.dev/late").is_none(), "{node1}");
+    assert_eq!(node1["spec"]["taints"], json!([taint(KEY, "checkout", "NoSchedule")]), "only the older's taint stays");
+    // The other way round (names swapped in age), the verdict swaps too.
+    let mut cluster2 = Cluster::with_nodes(&["node-1", "node-2", "node-3", "node-4", "node-5", "node-6"]);
+    cluster2.nodes = cluster.nodes.clone();
+    cluster2.node(
+        "node-1",
+        json!({"pool": "general", KEY: "checkout", "bulkhead.dev/late": "batch"}),
+        json!([taint(KEY, "checkout", "NoSchedule"), taint("bulkhead.dev/late", "batch", "NoSchedule")]),
+        true,
+    );
+    let early = rival("late", 50, 1);
+    let all = [&shop, &early];
+    let p = plan(&early, &ranked(&cluster2, &all));
+    assert_eq!(claimed(&p, "batch"), ["node-1"], "created first, it keeps node-1");
+    let p = plan(&shop, &ranked(&cluster2, &all));
+    assert!(!claimed(&p, "checkout").contains(&"node-1".to_string()), "{:?}", claimed(&p, "checkout"));
+    // No timestamps to tell them apart within a second: the smaller name wins.
+    let (a, b) = (rival("a-team", 300, 1), rival("b-team", 300, 1));
+    let mut cluster3 = Cluster::with_nodes(&["node-1", "node-2"]);
+    cluster3.node(
+        "node-1",
+        json!({"pool": "general", "bulkhead.dev/a-team": "batch", "bulkhead.dev/b-team": "batch"}),
+        json!([taint("bulkhead.dev/a-team", "batch", "NoSchedule"), taint("bulkhead.dev/b-team", "batch", "NoSchedule")]),
+        true,
+    );
+    assert_eq!(claimed(&plan(&a, &ranked(&cluster3, &[&a, &b])), "batch"), ["node-1"]);
+    assert_eq!(claimed(&plan(&b, &ranked(&cluster3, &[&a, &b])), "batch"), ["node-2"]);
+}
+
+#[test]
+fn an_older_bulkhead_takes_a_newer_ones_node_only_when_no_free_node_is_left() {
+    let (shop, late) = (shop_at_100(), rival("late", 200, 1));
+    let all = [&shop, &late];
+    // The newer came first to the pool and holds node-1.
+    let mut cluster = Cluster::with_nodes(&["node-1", "node-2", "node-3", "node-4", "node-5"]);
+    let p = plan_and_apply(&mut cluster, &late, &[&late]);
+    assert_eq!(claimed(&p, "batch"), ["node-1"]);
+    // Four free nodes for shop's four: node-1 is left alone.
+    let p = plan_and_apply(&mut cluster, &shop, &all);
+    let mut held = [claimed(&p, "checkout"), claimed(&p, "reports")].concat();
+    held.sort();
+    assert_eq!(held, ["node-2", "node-3", "node-4", "node-5"]);
+
+    // Three free nodes for four: the older takes the newer's node, which lets go of it.
+    let mut cluster = Cluster::with_nodes(&["node-1", "node-2", "node-3", "node-4"]);
+    plan_and_apply(&mut cluster, &late, &[&late]);
+    let p = plan_and_apply(&mut cluster, &shop, &all);
+    let mut held = [claimed(&p, "checkout"), claimed(&p, "reports")].concat();
+    held.sort();
+    assert_eq!(held, ["node-1", "node-2", "node-3", "node-4"]);
+    let p = plan_and_apply(&mut cluster, &late, &all);
+    assert!(claimed(&p, "batch").is_empty());
+    let (status, reason, message) = condition(&late, &p, &ApplyOutcome::NotApplied, NODE_GROUPS_READY);
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "InsufficientNodes"));
+    assert!(message.contains("held by Bulkhead shop, which outranks this one"), "{message}");
+    assert!(cluster.nodes["node-1"]["metadata"]["labels"].get("bulkhead.dev/late").is_none());
+    // At rest: neither plans another write.
+    for bh in all {
+        let s = ranked(&cluster, &all);
+        let name = bh.metadata.name.clone().expect("named");
+        let c = changes(&name, &plan(bh, &s), &s, false);
+        assert!(node_changes(&c).is_empty() && place_changes(&c).is_empty(), "{name} writes at rest: {c:?}");
+    }
+}
+
+#[test]
+fn a_workload_two_bulkheads_place_is_left_to_the_older_and_taken_from_the_newer() {
+    let (shop, late) = (shop_at_100(), rival("late", 200, 1));
+    let all = [&shop, &late];
+    let mut cluster = Cluster::with_nodes(&["node-1", "node-2", "node-3", "node-4", "node-5"]);
+    cluster.deployment("checkout", "checkout");
+    // The newer placed it first.
+    plan_and_apply(&mut cluster, &late, &[&late]);
+    assert!(cluster.deployments["checkout"]["metadata"]["annotations"].get("placement.bulkhead.dev/late").is_some());
+    let s = ranked(&cluster, &all);
+    let c = changes("shop", &plan(&shop, &s), &s, false);
+    let placed = place_changes(&c);
+    assert_eq!(placed.len(), 1, "{c:?}");
+    assert_eq!(placed[0].take_from, ["late"], "the older may take the newer's fields");
+    cluster.apply(&c);
+    // The newer yields: withdraws, places nothing, and names the winner.
+    let s = ranked(&cluster, &all);
+    let p = plan(&late, &s);
+    let c = changes("late", &p, &s, false);
+    assert!(place_changes(&c).is_empty(), "{c:?}");
+    assert!(c.iter().any(|c| matches!(c, Change::WithdrawWorkload(_, k) if k.name == "checkout")), "{c:?}");
+    let (status, reason, message) = condition(&late, &p, &ApplyOutcome::NotApplied, PLACED);
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "PlacedByOlderBulkhead"));
+    assert!(message.contains("Deployment shop/checkout to Bulkhead shop"), "{message}");
+
+    // A placement left by a Bulkhead that is gone is nobody to yield to or take from.
+    let s = ranked(&cluster, &[&late]);
+    let p = plan(&late, &s);
+    assert!(p.placement.as_ref().is_some_and(|pl| pl.yielded.is_empty()));
+    let s = ranked(&cluster, &[&shop]);
+    let c = changes("shop", &plan(&shop, &s), &s, false);
+    assert!(place_changes(&c).iter().all(|p| p.take_from.is_empty()), "{c:?}");
+}

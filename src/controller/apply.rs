@@ -84,6 +84,7 @@ pub async fn apply_changes(
                     generation: p.generation,
                     fingerprint: &p.fingerprint,
                     body: &p.body,
+                    take_from: &p.take_from,
                 };
                 match patch_workload(client, &placement_manager(bulkhead), Concern::Placement, &patch).await? {
                     Some(refusal) => refusals.push(refusal),
@@ -101,6 +102,7 @@ pub async fn apply_changes(
                     generation: p.generation,
                     fingerprint: &p.fingerprint,
                     body: &p.body,
+                    take_from: &[],
                 };
                 match patch_workload(client, &proxy_manager(bulkhead), Concern::Proxy, &patch).await? {
                     Some(refusal) => refusals.push(refusal),
@@ -174,18 +176,30 @@ struct WorkloadPatch<'a> {
     generation: Option<i64>,
     fingerprint: &'a str,
     body: &'a Value,
+    /// Newer Bulkheads whose placement fields this one may take.
+    take_from: &'a [String],
 }
 
 /// Apply a workload patch without force. A conflict means another manager
-/// owns one of the fields: report it and leave the workload alone.
+/// owns one of the fields: report it and leave the workload alone, unless
+/// every manager in the conflict is the placement of a newer Bulkhead, whose
+/// fields the older one takes (the newer then withdraws; see `Seniority`).
 async fn patch_workload(
     client: &Client,
     manager: &str,
     concern: Concern,
     p: &WorkloadPatch<'_>,
 ) -> Result<Option<PlacementRefusal>, Error> {
-    let params = PatchParams::apply(manager);
-    match workload_api(client, p.kind, &p.key.namespace).patch(&p.key.name, &params, &Patch::Apply(p.body)).await {
+    let api = workload_api(client, p.kind, &p.key.namespace);
+    let mut result = api.patch(&p.key.name, &PatchParams::apply(manager), &Patch::Apply(p.body)).await;
+    if let Err(kube::Error::Api(s)) = &result {
+        let newer: Vec<String> = p.take_from.iter().map(|b| placement_manager(b)).collect();
+        if s.code == 409 && only_these_conflict(&s.message, &newer) {
+            let forced = PatchParams::apply(manager).force();
+            result = api.patch(&p.key.name, &forced, &Patch::Apply(p.body)).await;
+        }
+    }
+    match result {
         Ok(_) => Ok(None),
         // A refusal of this one workload (conflict, invalid, forbidden by a
         // webhook, gone) must not stop the writes planned after it.
@@ -203,6 +217,14 @@ async fn patch_workload(
         }
         Err(e) => Err(Error::write("apply", p.kind.as_str(), &p.key)(e)),
     }
+}
+
+/// Whether a server-side apply conflict names at least one field manager and
+/// only managers in `allowed`. The API server lists them as `conflict with
+/// "<manager>"` (one) or `conflicts with "<manager>"` (several).
+fn only_these_conflict(message: &str, allowed: &[String]) -> bool {
+    let managers: Vec<&str> = message.split(" with \"").skip(1).filter_map(|rest| rest.split('"').next()).collect();
+    !managers.is_empty() && managers.iter().all(|m| allowed.iter().any(|a| a == m))
 }
 
 /// An empty apply under a manager: the API server removes every field that
@@ -311,8 +333,22 @@ where
 
 #[cfg(test)]
 mod tests {
-    use super::empty_affinity_cleanup;
+    use super::{empty_affinity_cleanup, only_these_conflict};
     use serde_json::json;
+
+    #[test]
+    fn only_a_conflict_with_newer_bulkheads_placement_is_taken_over() {
+        let newer = vec!["bulkhead-placement-b".to_string()];
+        let one = r#"Apply failed with 1 conflict: conflict with "bulkhead-placement-b" using apps/v1: .spec.template.spec.tolerations"#;
+        assert!(only_these_conflict(one, &newer));
+        let two = "Apply failed with 2 conflicts: conflicts with \"bulkhead-placement-b\" using apps/v1:\n- .spec.template.spec.tolerations\n- .spec.template.spec.affinity";
+        assert!(only_these_conflict(two, &newer));
+        // A person's (or any other) manager among them: never forced.
+        let mixed = "Apply failed with 2 conflicts: conflicts with \"kubectl\" using apps/v1:\n- .spec.template.spec.affinity\nconflict with \"bulkhead-placement-b\" using apps/v1:\n- .spec.template.spec.tolerations";
+        assert!(!only_these_conflict(mixed, &newer));
+        assert!(!only_these_conflict(one, &[]), "no newer Bulkhead, nothing taken");
+        assert!(!only_these_conflict("Operation cannot be fulfilled: the object has been modified", &newer));
+    }
 
     fn workload(affinity: serde_json::Value) -> serde_json::Value {
         json!({"metadata": {"resourceVersion": "7"}, "spec": {"template": {"spec": {"affinity": affinity}}}})

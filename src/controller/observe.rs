@@ -21,17 +21,17 @@ use k8s_openapi::api::{
     scheduling::v1::PriorityClass,
 };
 use kube::{
-    api::Api,
+    api::{Api, PartialObjectMeta},
     runtime::{watcher, WatchStreamExt},
-    Client,
+    Client, ResourceExt,
 };
 use serde::de::DeserializeOwned;
 use tokio::sync::{Notify, RwLock};
 use tracing::{debug, warn};
 
 use crate::{
-    crd::{MANAGED_BY_LABEL, MANAGED_BY_VALUE},
-    snapshot::{Indexed, Snapshot},
+    crd::{Bulkhead, MANAGED_BY_LABEL, MANAGED_BY_VALUE},
+    snapshot::{Indexed, Seniority, Snapshot},
 };
 
 /// The snapshot shared between the watches (writers) and reconciles (readers).
@@ -113,7 +113,60 @@ pub fn start(client: &Client) -> Arc<SharedSnapshot> {
     spawn::<Service>(Api::all(client.clone()), all.clone(), shared.clone());
     spawn::<Endpoints>(Api::all(client.clone()), all.clone(), shared.clone());
     spawn::<RuntimeClass>(Api::all(client.clone()), all, shared.clone());
+    spawn_seniority(Api::all(client.clone()), shared.clone());
     shared
+}
+
+/// Bulkheads' names and creation times (their metadata only, so that one the
+/// operator's types cannot read still counts). Only an added or removed
+/// Bulkhead nudges the controller: status writes change nothing here.
+fn spawn_seniority(api: Api<PartialObjectMeta<Bulkhead>>, shared: Arc<SharedSnapshot>) {
+    shared.pending.fetch_add(1, Ordering::AcqRel);
+    tokio::spawn(async move {
+        let mut stream =
+            watcher(api, watcher::Config::default()).backoff(super::watch_backoff::WatchBackoff::default()).boxed();
+        let mut buffer: Option<Seniority> = None;
+        let mut listed_once = false;
+        while let Some(event) = stream.next().await {
+            let event = match event {
+                Ok(event) => event,
+                Err(e) => {
+                    warn!(kind = "Bulkhead", error = %e, "watch failed; retrying");
+                    continue;
+                }
+            };
+            let mut snapshot = shared.snapshot.write().await;
+            let changed = match event {
+                watcher::Event::Init => {
+                    buffer = Some(Seniority::default());
+                    false
+                }
+                watcher::Event::InitApply(obj) => {
+                    if let Some(b) = buffer.as_mut() {
+                        b.insert(&obj.metadata);
+                    }
+                    false
+                }
+                watcher::Event::InitDone => {
+                    let listed = buffer.take().unwrap_or_default();
+                    let changed = listed != snapshot.seniority;
+                    snapshot.seniority = listed;
+                    if !listed_once {
+                        listed_once = true;
+                        shared.pending.fetch_sub(1, Ordering::AcqRel);
+                        debug!(kind = "Bulkhead", "initial list complete");
+                    }
+                    changed
+                }
+                watcher::Event::Apply(obj) => snapshot.seniority.insert(&obj.metadata),
+                watcher::Event::Delete(obj) => snapshot.seniority.remove(&obj.name_any()),
+            };
+            drop(snapshot);
+            if changed {
+                shared.changed.notify_one();
+            }
+        }
+    });
 }
 
 /// What a watched kind needs beyond the snapshot's index.

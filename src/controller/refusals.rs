@@ -93,6 +93,7 @@ mod tests {
             fingerprint: fingerprint.into(),
             body: json!({}),
             up_to_date: false,
+            take_from: Vec::new(),
         })
     }
 

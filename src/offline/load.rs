@@ -289,7 +289,11 @@ impl Loader {
     fn decode(&mut self, kind: &str, value: Value) -> Result<(), String> {
         let snapshot = &mut self.input.snapshot;
         match kind {
-            "Bulkhead" => self.input.bulkheads.push(decode_bulkhead(value)?),
+            "Bulkhead" => {
+                let bulkhead = decode_bulkhead(value)?;
+                snapshot.seniority.insert(&bulkhead.metadata);
+                self.input.bulkheads.push(bulkhead);
+            }
             "Namespace" => snapshot.apply(&decode::<Namespace>(value)?),
             "Deployment" => snapshot.apply(&decode::<Deployment>(value)?),
             "StatefulSet" => snapshot.apply(&decode::<StatefulSet>(value)?),

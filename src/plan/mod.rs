@@ -24,7 +24,9 @@ pub use crate::select::is_dns_label;
 pub use capacity::{plan_capacity, CapacityPlan, ClassCapacity, Funding};
 pub use changes::{changes, teardown, Change};
 pub use nodes::{claim_key, merge_taints, ClassNodes, NodeChange, NodeGroupPlan, CLAIM_EFFECT};
-pub use placement::{placement_manager, withdrawal_body, AmbiguousWorkload, PlacementPlan, WorkloadPlacement};
+pub use placement::{
+    placement_manager, withdrawal_body, AmbiguousWorkload, PlacementPlan, WorkloadPlacement, YieldedWorkload,
+};
 pub use pool_config::config_map_name;
 pub use priority::{places_workloads, priority_class_name};
 pub use proxy::{

@@ -95,9 +95,13 @@ fn claimed_by(node: &NodeInfo) -> impl Iterator<Item = &str> {
 /// operator's children. Bulkheads of these names cannot place workloads.
 pub const RESERVED_KEYS: [&str; 2] = [BULKHEAD_LABEL, CLASS_LABEL];
 
-/// Taints that keep pods off which the operator did not put there.
+/// Taints that keep pods off which no Bulkhead's claim put there (a newer
+/// Bulkhead's claim gives way; an older one's was dealt with before).
 fn foreign_repelling_taint<'a>(node: &'a NodeInfo, key: &str) -> Option<&'a Taint> {
-    node.taints.iter().find(|t| t.key != key && matches!(t.effect.as_str(), "NoSchedule" | "NoExecute"))
+    let is_claim = |k: &str| !RESERVED_KEYS.contains(&k) && k.starts_with(CLAIM_PREFIX);
+    node.taints
+        .iter()
+        .find(|t| t.key != key && !is_claim(&t.key) && matches!(t.effect.as_str(), "NoSchedule" | "NoExecute"))
 }
 
 pub fn plan_node_groups(selection: &Selection<'_>, snapshot: &Snapshot) -> NodeGroupPlan {
@@ -112,10 +116,14 @@ pub fn plan_node_groups(selection: &Selection<'_>, snapshot: &Snapshot) -> NodeG
     // NoSchedule taints others add later (memory pressure) do not release it:
     // the class's pods stay there, and releasing would let other classes in.
     // A NoExecute taint evicts them, so the node no longer serves the class.
+    // Where two Bulkheads claim one node (both wrote before seeing the
+    // other, or the older took it), the older keeps it and the newer lets go.
+    let outranked_on = |node: &NodeInfo| claimed_by(node).any(|b| b != name && snapshot.seniority.outranks(b, name));
     let keeps = |node: &NodeInfo, matcher: &Matcher| {
         node.schedulable
             && matcher.matches(&node.labels)
             && !node.taints.iter().any(|t| t.key != key && t.effect == "NoExecute")
+            && !outranked_on(node)
     };
 
     // Keep every claim that is still fit, up to the count.
@@ -146,7 +154,12 @@ pub fn plan_node_groups(selection: &Selection<'_>, snapshot: &Snapshot) -> NodeG
         let mut candidates: Vec<&NodeInfo> = Vec::new();
         if nodes.len() < group.count as usize {
             candidates.extend(snapshot.nodes.values());
-            candidates.sort_by_key(|n| classes_on.get(n.name.as_str()).is_some_and(|cs| cs.iter().any(|c| c != class)));
+            // Free nodes before those a newer Bulkhead holds (taken only when
+            // nothing else is left), and nodes without other classes' pods first.
+            candidates.sort_by_key(|n| {
+                let held_by_newer = claimed_by(n).any(|b| b != name);
+                (held_by_newer, classes_on.get(n.name.as_str()).is_some_and(|cs| cs.iter().any(|c| c != class)))
+            });
         }
         for node in candidates {
             if nodes.len() >= group.count as usize {
@@ -161,9 +174,10 @@ pub fn plan_node_groups(selection: &Selection<'_>, snapshot: &Snapshot) -> NodeG
                 }
                 continue;
             }
-            let others: Vec<&str> = claimed_by(node).filter(|b| *b != name).collect();
-            if !others.is_empty() {
-                skipped.other_bulkheads.extend(others.into_iter().map(str::to_string));
+            let older: Vec<&str> =
+                claimed_by(node).filter(|b| *b != name && snapshot.seniority.outranks(b, name)).collect();
+            if !older.is_empty() {
+                skipped.other_bulkheads.extend(older.into_iter().map(str::to_string));
             } else if node.labels.label(&key).is_some() || node.taints.iter().any(|t| t.key == key) {
                 // Ours but unfit, or held for a class that is gone: released below, not reused at once.
                 skipped.unfit.insert(node.name.clone());
@@ -244,7 +258,7 @@ impl Skipped {
             why.push(format!("held by class {}", join(&self.other_classes)));
         }
         if !self.other_bulkheads.is_empty() {
-            why.push(format!("held by Bulkhead {}", join(&self.other_bulkheads)));
+            why.push(format!("held by Bulkhead {}, which outranks this one", join(&self.other_bulkheads)));
         }
         if !self.unfit.is_empty() {
             why.push(format!("not Ready, cordoned or being released: {}", join(&self.unfit)));

@@ -51,6 +51,9 @@ pub struct WorkloadPlacement {
     pub body: Value,
     /// The workload carries all of it already.
     pub up_to_date: bool,
+    /// Newer Bulkheads that placed this workload too: fields only their
+    /// placement managers own may be taken from them (see `Seniority`).
+    pub take_from: Vec<String>,
 }
 
 impl WorkloadPlacement {
@@ -66,11 +69,21 @@ pub struct AmbiguousWorkload {
     pub classes: Vec<String>,
 }
 
+/// A workload an older Bulkhead placed: it is left to that one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct YieldedWorkload {
+    pub workload: String,
+    pub winner: String,
+}
+
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PlacementPlan {
     pub workloads: Vec<WorkloadPlacement>,
     pub ambiguous: Vec<AmbiguousWorkload>,
-    /// Workloads this Bulkhead placed that no class selects any more.
+    /// Workloads left to an older Bulkhead that placed them.
+    pub yielded: Vec<YieldedWorkload>,
+    /// Workloads this Bulkhead placed that no class selects any more, or that
+    /// it yields to an older Bulkhead.
     pub withdrawals: Vec<(WorkloadKind, ObjectKey)>,
     /// (class, RuntimeClass) pairs naming a RuntimeClass the cluster does not
     /// have: the API server rejects such pods.
@@ -118,8 +131,23 @@ pub fn plan_placement(selection: &Selection<'_>, snapshot: &Snapshot, shards: Op
     let groups_exist = classes.iter().any(|c| c.nodes.is_some());
 
     let mut workloads = Vec::new();
+    let mut yielded = Vec::new();
     for (workload, i) in &assigned {
         let class = &classes[*i];
+        // Another Bulkhead's placement counts only while that Bulkhead exists;
+        // a leftover is an ordinary field manager the apply may conflict with.
+        let (older, newer): (Vec<&String>, Vec<&String>) = workload
+            .placed_by
+            .keys()
+            .filter(|b| **b != name && snapshot.seniority.knows(b))
+            .partition(|b| snapshot.seniority.outranks(b, &name));
+        if let Some(winner) = older.first() {
+            yielded.push(YieldedWorkload {
+                workload: format!("{} {}/{}", workload.kind.as_str(), workload.namespace, workload.name),
+                winner: winner.to_string(),
+            });
+            continue;
+        }
         let pinned = shards.and_then(|s| s.pinned_hostnames(&class.name));
         let desired = desired_template(&name, &key, class, groups_exist, pinned, &namespaces);
         let body = apply_body(workload, &key, &class.name, &desired);
@@ -136,6 +164,7 @@ pub fn plan_placement(selection: &Selection<'_>, snapshot: &Snapshot, shards: Op
             fingerprint,
             body,
             up_to_date,
+            take_from: newer.into_iter().cloned().collect(),
         });
     }
     // Placed before but no longer one class's (matched by none, or by two).
@@ -151,7 +180,7 @@ pub fn plan_placement(selection: &Selection<'_>, snapshot: &Snapshot, shards: Op
         .filter_map(|c| c.runtime_class_name.as_ref().map(|rc| (c.name.clone(), rc.clone())))
         .filter(|(_, rc)| !snapshot.runtime_classes.contains_key(rc))
         .collect();
-    PlacementPlan { workloads, ambiguous, withdrawals, missing_runtime_classes }
+    PlacementPlan { workloads, ambiguous, yielded, withdrawals, missing_runtime_classes }
 }
 
 /// Template labels without the class label placement added, so that a class

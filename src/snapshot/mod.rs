@@ -16,12 +16,14 @@ use k8s_openapi::api::{
 mod index;
 mod interned;
 mod journal;
+mod seniority;
 mod topology;
 mod workloads;
 
 pub use index::{Indexed, Journaled};
 pub use interned::{InternedLabels, Interner, LabelLookup};
 pub use journal::{Cursor, Delta, Journal};
+pub use seniority::Seniority;
 pub use topology::{normalise_host, EndpointsInfo, NodeInfo, PodInfo, RuntimeClassInfo, ServiceInfo};
 pub use workloads::{
     Autoscaler, Labels, NamespaceInfo, TemplatePlacement, Workload, WorkloadKind, PLACEMENT_ANNOTATION_PREFIX,
@@ -75,6 +77,8 @@ pub struct Snapshot {
     pub interner: Interner,
     /// Recent changes of what the audit reads, for incremental re-audits.
     pub journal: Journal,
+    /// When each Bulkhead was created: the older wins what two want.
+    pub seniority: Seniority,
 }
 
 impl Snapshot {

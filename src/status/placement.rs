@@ -63,6 +63,19 @@ pub fn placement_conditions(plan: &Plan, outcome: &ApplyOutcome) -> Vec<DesiredC
             reason::PLACEMENT_REJECTED,
             format!("the API server refused placement (retried every minute): {}", rejected.join("; ")),
         )
+    } else if !placement.yielded.is_empty() {
+        let detail = placement
+            .yielded
+            .iter()
+            .map(|y| format!("{} to Bulkhead {}", y.workload, y.winner))
+            .collect::<Vec<_>>()
+            .join("; ");
+        DesiredCondition::new(
+            PLACED,
+            ConditionStatus::False,
+            reason::PLACED_BY_OLDER_BULKHEAD,
+            format!("left to an older Bulkhead that placed them first (created earlier, or same second and smaller name): {detail}"),
+        )
     } else if !placement.ambiguous.is_empty() {
         let detail = placement
             .ambiguous

@@ -54,6 +54,8 @@ pub mod reason {
     pub const PLACEMENT_REJECTED: &str = "PlacementRejected";
     /// A workload matches two classes and is left alone.
     pub const WORKLOAD_IN_TWO_CLASSES: &str = "WorkloadInTwoClasses";
+    /// A workload an older Bulkhead placed is left to it.
+    pub const PLACED_BY_OLDER_BULKHEAD: &str = "PlacedByOlderBulkhead";
     /// A class names a RuntimeClass the cluster lacks.
     pub const RUNTIME_CLASS_NOT_FOUND: &str = "RuntimeClassNotFound";
     /// No workload matches a class's pods selectors.
