@@ -180,7 +180,7 @@ struct Change {
 
 fn changes() -> impl Strategy<Value = Change> {
     (
-        any::<u32>(),
+        1..=u32::MAX,
         (0..5000u32, 0..5000u32),
         prop::option::of(0..20_000u32),
         ("[a-z]([a-z0-9-]{0,10}[a-z0-9])?", "[a-z]([a-z0-9-]{0,10}[a-z0-9])?"),

@@ -658,44 +658,130 @@ async fn clean_problems(client: &Client, case: &Case) -> Vec<String> {
     out
 }
 
-/// 5. Two Bulkheads want the same nodes and the same Deployment: the first one
-/// created wins both; the other says so, naming it; and no write passes between
-/// them over the window (20 s here, against the 60 s: see the README).
+/// 5a. Two Bulkheads want the same nodes and the same Deployment, created one
+/// after the other: the older keeps both (see `rivals_settle`).
 #[tokio::test]
-async fn two_bulkheads_wanting_the_same_nodes_and_deployment() {
+async fn two_bulkheads_created_in_turn_the_older_keeps_nodes_and_deployment() {
     let _shared = EXCLUSIVE.read().await;
     let cp = ControlPlane::get();
     operator_up();
     let client = cp.client().await;
     let case = Case::new("rivals", 3, &["shared"]).await;
-    let first = case.name.clone();
-    let second = format!("{}-second", case.id);
-    cp.apply_yaml(&bulkhead_yaml(&first, &case.ns.name, &case.id, &case.id, &[("shared", 2)]));
+    let older = case.name.clone();
+    let newer = format!("{}-newer", case.id);
+    cp.apply_yaml(&bulkhead_yaml(&older, &case.ns.name, &case.id, &case.id, &[("shared", 2)]));
     converge(&client, &case, &[("shared", 2)], SETTLE).await;
-    let claimed = groups(&client, &case).await;
-    cp.apply_yaml(&bulkhead_yaml(&second, &case.ns.name, &case.id, &case.id, &[("shared", 2)]));
-    let (_, _, nodes_msg) = wait_for("the second Bulkhead reports the nodes held", SETTLE, || async {
-        condition(&client, &second, "NodeGroupsReady").await.filter(|c| c.0 == "False")
+    cp.apply_yaml(&bulkhead_yaml(&newer, &case.ns.name, &case.id, &case.id, &[("shared", 2)]));
+    rivals_settle(&client, &case, &older, &newer, None).await;
+}
+
+/// 5b. The same two created in one `kubectl apply`, the later name first, so
+/// that both race from the start: the winner is the one the rule names
+/// (earlier creationTimestamp, then the smaller name), whichever wrote first.
+#[tokio::test]
+async fn two_bulkheads_created_together_the_rule_names_the_winner() {
+    let _shared = EXCLUSIVE.read().await;
+    let cp = ControlPlane::get();
+    operator_up();
+    let client = cp.client().await;
+    let mut case = Case::new("tie", 3, &["shared"]).await;
+    let (a, b) = (format!("{}-a", case.id), format!("{}-b", case.id));
+    let yaml = |name: &str| bulkhead_yaml(name, &case.ns.name, &case.id, &case.id, &[("shared", 2)]);
+    let started = (audit::now_rfc3339(), Instant::now());
+    cp.apply_yaml(&format!("{}---\n{}", yaml(&b), yaml(&a)));
+    let api = Api::<Bulkhead>::all(client.clone());
+    let created = |bh: Bulkhead| bh.metadata.creation_timestamp.map(|t| t.0);
+    let ta = created(api.get(&a).await.expect("a"));
+    let tb = created(api.get(&b).await.expect("b"));
+    let (winner, loser) = if (ta, &a) < (tb, &b) { (a.clone(), b.clone()) } else { (b.clone(), a.clone()) };
+    eprintln!("figure: two Bulkheads created together ({b} at {tb:?}, then {a} at {ta:?}): {winner} wins");
+    case.name = winner.clone();
+    rivals_settle(&client, &case, &winner, &loser, Some(started)).await;
+}
+
+/// The older holds its nodes and places the Deployment; the newer holds only
+/// what is left, names the older in NodeGroupsReady and Placed, and keeps
+/// nothing of its own on the Deployment or the older's nodes; then no write
+/// passes between them for the window (60 s, `FAULTS_RIVAL_WINDOW_SECS`).
+async fn rivals_settle(client: &Client, case: &Case, older: &str, newer: &str, race: Option<(String, Instant)>) {
+    let cp = ControlPlane::get();
+    converge(client, case, &[("shared", 2)], SETTLE).await;
+    let (_, _, nodes_msg) = wait_for("the newer Bulkhead reports the nodes held", SETTLE, || async {
+        condition(client, newer, "NodeGroupsReady").await.filter(|c| c.0 == "False" && c.2.contains(older))
     })
     .await;
-    let (_, _, placed_msg) = wait_for("the second Bulkhead reports the Deployment placed", SETTLE, || async {
-        condition(&client, &second, "Placed").await.filter(|c| c.0 == "False")
+    // A newer Bulkhead that applied before it saw the older's placement may
+    // first report the conflict (PlacementConflict); it then yields.
+    let (_, reason, placed_msg) = wait_for("the newer Bulkhead reports the Deployment held", SETTLE, || async {
+        condition(client, newer, "Placed").await.filter(|c| c.0 == "False" && c.1 == "PlacedByOlderBulkhead")
     })
     .await;
-    eprintln!("second Bulkhead: NodeGroupsReady: {nodes_msg}\nPlaced: {placed_msg}");
-    assert!(nodes_msg.contains(&format!("held by Bulkhead {first}")), "names the winner: {nodes_msg}");
-    assert!(placed_msg.contains(&format!("bulkhead-placement-{first}")), "names the winner: {placed_msg}");
+    eprintln!("newer Bulkhead: NodeGroupsReady: {nodes_msg}\nPlaced: {reason}: {placed_msg}");
+    assert!(nodes_msg.contains(&format!("held by Bulkhead {older}, which outranks this one")), "{nodes_msg}");
+    assert!(placed_msg.contains(&format!("Deployment {}/shared to Bulkhead {older}", case.ns.name)), "{placed_msg}");
+    wait_for("the newer Bulkhead lets go of the older's nodes and the Deployment", SETTLE, || async {
+        let left = leftovers(client, case, newer).await;
+        left.is_empty().then_some(())
+    })
+    .await;
+    if let Some((since, at)) = race {
+        // The contest itself: each side's writes until the newer let go.
+        let writes = case.writes(&since);
+        let landed = |what: &str| writes.iter().filter(|w| w.code < 300 && w.uri.contains(what)).count();
+        eprintln!(
+            "figure: created together: settled in {:?}; writes by both: {} to nodes, {} to the Deployment; {} refused",
+            at.elapsed(),
+            landed("/nodes/"),
+            landed("/deployments/"),
+            writes.iter().filter(|w| w.code >= 300).count()
+        );
+    }
+    let claimed = groups(client, case).await;
     let window =
-        Duration::from_secs(std::env::var("FAULTS_RIVAL_WINDOW_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(20));
+        Duration::from_secs(std::env::var("FAULTS_RIVAL_WINDOW_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(60));
     let since = audit::now_rfc3339();
     tokio::time::sleep(window).await;
     let writes = case.writes(&since);
     eprintln!("figure: two Bulkheads over the same nodes and Deployment: {} writes in {window:?}", writes.len());
     assert!(writes.is_empty(), "writes between rivals: {writes:#?}");
-    assert_eq!(groups(&client, &case).await, claimed, "the winner keeps its nodes");
-    let left = problems(&client, &case, &[("shared", 2)]).await;
-    assert!(left.is_empty(), "the winner's plan holds: {left:#?}");
-    cp.kubectl(&["delete", "bulkhead", &second, &first, "--timeout=60s"]);
+    assert_eq!(groups(client, case).await, claimed, "the older keeps its nodes");
+    let left = problems(client, case, &[("shared", 2)]).await;
+    assert!(left.is_empty(), "the older's plan holds: {left:#?}");
+    let left = leftovers(client, case, newer).await;
+    assert!(left.is_empty(), "the newer keeps nothing it lost: {left:#?}");
+    cp.kubectl(&["delete", "bulkhead", newer, older, "--timeout=60s"]);
+}
+
+/// What `newer` still holds that the older won: a claim on a node the older
+/// claims, or its label or placement annotation on the Deployment.
+async fn leftovers(client: &Client, case: &Case, newer: &str) -> Vec<String> {
+    let (theirs, ours) = (format!("bulkhead.dev/{}", case.name), format!("bulkhead.dev/{newer}"));
+    let mut out = Vec::new();
+    let nodes = Api::<Node>::all(client.clone()).list(&ListParams::default()).await.map(|l| l.items);
+    for n in nodes
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|n| n.metadata.name.as_ref().is_some_and(|x| x.starts_with(&case.id)))
+    {
+        let labels = n.metadata.labels.unwrap_or_default();
+        if labels.contains_key(&theirs) && labels.contains_key(&ours) {
+            out.push(format!("node {:?} claimed by both", n.metadata.name));
+        }
+    }
+    match Api::<Deployment>::namespaced(client.clone(), &case.ns.name).get("shared").await {
+        Ok(d) => {
+            let t = json!(d.spec.map(|s| s.template));
+            if t["metadata"]["labels"].get(&ours).is_some() {
+                out.push(format!("Deployment shared carries {ours}: {t}"));
+            }
+            let annotations = d.metadata.annotations.unwrap_or_default();
+            if annotations.contains_key(&format!("placement.bulkhead.dev/{newer}")) {
+                out.push(format!("Deployment shared is annotated as placed by {newer}"));
+            }
+        }
+        Err(e) => out.push(format!("Deployment shared: {e}")),
+    }
+    out
 }
 
 /// 6. Node churn under a running operator: a claimed node deleted, one
@@ -847,6 +933,11 @@ fn malformed(id: &str) -> Vec<(String, Value, &'static str)> {
             "floors-over-capacity",
             spec(json!([{"name": "a", "reserved": 80}, {"name": "b", "reserved": 80}]), json!({})),
             "capacity of 100",
+        ),
+        (
+            "capacity-zero",
+            spec(json!([{"name": "a", "reserved": 0}]), json!({"pool": {"resource": "connections", "capacity": 0}})),
+            "spec.pool.capacity",
         ),
         (
             "surplus-over-capacity",

@@ -850,7 +850,10 @@ fn where_two_bulkheads_claimed_one_node_the_older_keeps_it_and_the_newer_moves()
     cluster3.node(
         "node-1",
         json!({"pool": "general", "bulkhead.dev/a-team": "batch", "bulkhead.dev/b-team": "batch"}),
-        json!([taint("bulkhead.dev/a-team", "batch", "NoSchedule"), taint("bulkhead.dev/b-team", "batch", "NoSchedule")]),
+        json!([
+            taint("bulkhead.dev/a-team", "batch", "NoSchedule"),
+            taint("bulkhead.dev/b-team", "batch", "NoSchedule")
+        ]),
         true,
     );
     assert_eq!(claimed(&plan(&a, &ranked(&cluster3, &[&a, &b])), "batch"), ["node-1"]);

@@ -544,3 +544,13 @@ fn teardown_finds_exactly_what_one_bulkhead_made() {
         ]
     );
 }
+
+#[test]
+fn a_pool_of_capacity_zero_is_refused_naming_the_field() {
+    let bh = classes(&[0], None, 0);
+    let errors = bulkhead::plan::validate(&Selection::parse(&bh));
+    let capacity: Vec<_> = errors.iter().filter(|e| e.field == "spec.pool.capacity").collect();
+    assert_eq!(capacity.len(), 1, "{errors:?}");
+    assert!(capacity[0].message.contains("at least 1"), "{errors:?}");
+    assert!(bulkhead::plan::validate(&Selection::parse(&classes(&[0], None, 1))).is_empty());
+}

@@ -38,6 +38,14 @@ fn rules(bulkhead: &Bulkhead) -> Vec<SpecError> {
     if !is_dns_label(&spec.pool.resource) {
         errors.push(SpecError::new("spec.pool.resource", format!("{:?} must be a DNS label", spec.pool.resource)));
     }
+    if spec.pool.capacity == 0 {
+        // The schema admits 0 (objects stored before this rule must stay
+        // readable); the planner refuses it: every class would admit nothing.
+        errors.push(SpecError::new(
+            "spec.pool.capacity",
+            "must be at least 1: a pool of 0 admits no request of any class",
+        ));
+    }
     if spec.classes.is_empty() {
         errors.push(SpecError::new("spec.classes", "at least one class is required"));
     }
