@@ -176,7 +176,16 @@ fn watch_bulkheads(client: Client) -> Conditions {
     tokio::spawn(async move {
         let api: Api<Bulkhead> = Api::all(client);
         let mut events = watcher(api, watcher::Config::default()).default_backoff().applied_objects().boxed();
-        while let Some(Ok(bh)) = events.next().await {
+        // The backoff re-watches after an error: a loaded API server drops
+        // watches now and then, and ending here would freeze this view.
+        while let Some(event) = events.next().await {
+            let bh = match event {
+                Ok(bh) => bh,
+                Err(e) => {
+                    eprintln!("scale-driver: Bulkhead watch error (re-watching): {e}");
+                    continue;
+                }
+            };
             let state = (condition(&bh, "Ready"), condition(&bh, "Isolated"));
             tx.send_modify(|m| {
                 m.insert(bh.name_any(), state);

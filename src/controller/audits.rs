@@ -1,22 +1,23 @@
-//! Each Bulkhead's audit counts, kept between reconciles: the next reconcile
-//! catches them up from the snapshot's journal instead of counting every pod
-//! again (`audit::audit_cached` rebuilds them on a new spec or a relist).
+//! What each Bulkhead keeps between reconciles: the audit's counts, which the
+//! next reconcile catches up from the snapshot's journal instead of counting
+//! every pod again, and its last evaluation, reused while nothing it read
+//! changed (`status::evaluate_kept`).
 
 use std::{collections::HashMap, sync::Mutex};
 
-use crate::audit::AuditState;
+use crate::status::Kept;
 
 #[derive(Default)]
-pub struct AuditCache(Mutex<HashMap<String, AuditState>>);
+pub struct AuditCache(Mutex<HashMap<String, Kept>>);
 
 impl AuditCache {
     /// The Bulkhead's state, taken out while its reconcile uses it (one
     /// reconcile per Bulkhead runs at a time).
-    pub fn take(&self, bulkhead: &str) -> Option<AuditState> {
-        self.0.lock().ok()?.remove(bulkhead)
+    pub fn take(&self, bulkhead: &str) -> Kept {
+        self.0.lock().ok().and_then(|mut kept| kept.remove(bulkhead)).unwrap_or_default()
     }
 
-    pub fn put(&self, bulkhead: &str, state: AuditState) {
+    pub fn put(&self, bulkhead: &str, state: Kept) {
         if let Ok(mut kept) = self.0.lock() {
             kept.insert(bulkhead.to_string(), state);
         }

@@ -58,6 +58,8 @@ pub struct Metrics {
     /// Condition types each Bulkhead last reported, for the same reason.
     condition_types: std::sync::Mutex<std::collections::HashMap<String, Vec<String>>>,
     pub reconciles: Counter,
+    /// Reconciles that reused the last evaluation (nothing it read changed).
+    pub evaluations_reused: Counter,
     pub errors: Family<ErrorLabels, Counter>,
     pub duration: Histogram,
     pub writes: Family<WriteLabels, Counter>,
@@ -71,6 +73,7 @@ impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::with_prefix("bulkhead");
         let reconciles = Counter::default();
+        let evaluations_reused = Counter::default();
         let errors = Family::<ErrorLabels, Counter>::default();
         let duration = Histogram::new([0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0]);
         let writes = Family::<WriteLabels, Counter>::default();
@@ -79,6 +82,11 @@ impl Default for Metrics {
         let layers = Family::<LayerLabels, Gauge>::default();
         let conditions = Family::<ConditionLabels, Gauge>::default();
         registry.register("reconciles", "Reconciles started", reconciles.clone());
+        registry.register(
+            "evaluations_reused",
+            "Reconciles that reused the Bulkhead's last evaluation: nothing it reads had changed",
+            evaluations_reused.clone(),
+        );
         registry.register("reconcile_errors", "Reconciles that failed, by error kind", errors.clone());
         registry.register_with_unit(
             "reconcile_duration",
@@ -104,6 +112,7 @@ impl Default for Metrics {
             classes: Default::default(),
             condition_types: Default::default(),
             reconciles,
+            evaluations_reused,
             errors,
             duration,
             writes,

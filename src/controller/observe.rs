@@ -6,7 +6,7 @@ use std::{
     collections::BTreeMap,
     fmt::Debug,
     sync::{
-        atomic::{AtomicUsize, Ordering},
+        atomic::{AtomicU64, AtomicUsize, Ordering},
         Arc,
     },
     time::Duration,
@@ -41,6 +41,10 @@ pub struct SharedSnapshot {
     pending: AtomicUsize,
     /// Of those, the watches of the operator's own children (cleanup needs only these).
     children_pending: AtomicUsize,
+    /// Changes of anything but pods, counted under the write lock: with the
+    /// journal (which holds every pod change) it tells a reconcile whether a
+    /// Bulkhead's last evaluation still holds (`status::evaluate_kept`).
+    others: AtomicU64,
     changed: Notify,
 }
 
@@ -51,6 +55,7 @@ impl SharedSnapshot {
             // Each watch counts itself in as it is spawned.
             pending: AtomicUsize::new(0),
             children_pending: AtomicUsize::new(CHILD_KINDS.len()),
+            others: AtomicU64::new(0),
             changed: Notify::new(),
         }
     }
@@ -62,6 +67,7 @@ impl SharedSnapshot {
             snapshot: RwLock::new(snapshot),
             pending: AtomicUsize::new(0),
             children_pending: AtomicUsize::new(0),
+            others: AtomicU64::new(0),
             changed: Notify::new(),
         })
     }
@@ -80,6 +86,14 @@ impl SharedSnapshot {
 
     pub async fn read(&self) -> tokio::sync::RwLockReadGuard<'_, Snapshot> {
         self.snapshot.read().await
+    }
+
+    /// The snapshot and its count of changes to anything but pods, read together.
+    pub async fn read_counted(&self) -> (tokio::sync::RwLockReadGuard<'_, Snapshot>, u64) {
+        let snapshot = self.snapshot.read().await;
+        // Bumped only under the write lock: stable while the guard is held.
+        let others = self.others.load(Ordering::Acquire);
+        (snapshot, others)
     }
 
     /// A stream that yields whenever the snapshot changed, at most every `every`.
@@ -177,6 +191,7 @@ fn spawn<K: Watched>(api: Api<K>, config: watcher::Config, shared: Arc<SharedSna
     shared.pending.fetch_add(1, Ordering::AcqRel);
     tokio::spawn(async move {
         let kind = K::kind(&()).to_string();
+        let is_pod = kind == "Pod";
         let mut stream = watcher(api, config).backoff(super::watch_backoff::WatchBackoff::default()).boxed();
         let mut buffer: Option<BTreeMap<K::Key, K::Lean>> = None;
         let mut listed_once = false;
@@ -210,6 +225,9 @@ fn spawn<K: Watched>(api: Api<K>, config: watcher::Config, shared: Arc<SharedSna
                 }
                 watcher::Event::Apply(obj) => snapshot.apply(&obj),
                 watcher::Event::Delete(obj) => snapshot.delete(&obj),
+            }
+            if !is_pod {
+                shared.others.fetch_add(1, Ordering::AcqRel);
             }
             drop(snapshot);
             shared.changed.notify_one();

@@ -29,7 +29,7 @@ use crate::{
     plan::Change,
     snapshot::ObjectKey,
     status::{
-        evaluate_cached, merge_conditions, reason, ApplyOutcome, ConditionStatus, DesiredCondition, Evaluation, READY,
+        evaluate_kept, merge_conditions, reason, ApplyOutcome, ConditionStatus, DesiredCondition, Evaluation, READY,
     },
 };
 
@@ -67,17 +67,23 @@ async fn reconcile_bulkhead(bulkhead: &Bulkhead, ctx: &Context) -> Result<Action
         return Ok(Action::await_change());
     }
 
-    // The audit's counts are kept between reconciles: a pod event costs in
-    // proportion to itself, not to the cluster.
+    // The audit's counts and the last evaluation are kept between
+    // reconciles: a pod event costs in proportion to itself, and nothing for
+    // a Bulkhead that does not read the pod's namespace.
     let mut kept = ctx.audits.take(&name);
-    let evaluation = evaluate_cached(bulkhead, &*ctx.snapshot.read().await, &ctx.config, &mut kept);
-    if let Some(state) = kept {
-        ctx.audits.put(&name, state);
+    let (evaluation, reused) = {
+        let (snapshot, others) = ctx.snapshot.read_counted().await;
+        evaluate_kept(bulkhead, &snapshot, others, &ctx.config, &mut kept)
+    };
+    ctx.audits.put(&name, kept);
+    if reused {
+        ctx.metrics.evaluations_reused.inc();
+    } else {
+        if let Some(audit) = &evaluation.audit {
+            ctx.metrics.record_layers(&name, &audit.layers);
+        }
+        ctx.metrics.record_plan(&name, &evaluation.plan.capacity);
     }
-    if let Some(audit) = &evaluation.audit {
-        ctx.metrics.record_layers(&name, &audit.layers);
-    }
-    ctx.metrics.record_plan(&name, &evaluation.plan.capacity);
 
     let (outcome, apply_error) = match execute(ctx, bulkhead, &name, &evaluation).await {
         Executed::Done(outcome) => (outcome, None),

@@ -5,6 +5,7 @@
 mod conditions;
 mod evaluate;
 mod isolation;
+mod memo;
 mod placement;
 mod proxy;
 mod reasons;
@@ -13,6 +14,7 @@ mod shard;
 pub use conditions::{merge_conditions, ConditionStatus, DesiredCondition};
 pub use evaluate::{evaluate, evaluate_cached, Config, Evaluation};
 pub use isolation::isolated_condition;
+pub use memo::{evaluate_kept, Kept};
 pub use reasons::{
     reason, CONTROL_PLANE_LANE, FUNDED, ISOLATED, NODE_GROUPS_READY, PLACED, PROXY_INJECTED, QUOTAS_SCOPED, READY,
     SHUFFLE_SHARDED,

@@ -1,0 +1,213 @@
+//! The kept evaluation against a fresh one: random streams of pod, node,
+//! namespace and Bulkhead changes, and after every one `evaluate_kept` must
+//! give exactly what `evaluate` gives; and the cases it must reuse, or not.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::{api::core::v1::Namespace, apimachinery::pkg::apis::meta::v1::Time};
+use proptest::prelude::*;
+
+use super::{evaluate_kept, Kept};
+use crate::{
+    crd::Bulkhead,
+    snapshot::{NodeInfo, ObjectKey, PodInfo, Snapshot},
+    status::{evaluate, ApplyOutcome, Config, Evaluation},
+};
+
+const NODES: usize = 4;
+const PODS: usize = 8;
+/// a and b are selected by the Bulkhead's classes, x never, y when labelled tier=batch.
+const NAMESPACES: [&str; 4] = ["a", "b", "x", "y"];
+
+#[derive(Clone, Debug)]
+enum Event {
+    /// Create (or replace) a pod, bound or not.
+    Pod {
+        id: usize,
+        ns: usize,
+        node: Option<usize>,
+    },
+    Delete {
+        id: usize,
+    },
+    Node {
+        n: usize,
+        zone: u8,
+    },
+    /// Relabel y into (or out of) class c's namespaceSelector.
+    Batch(bool),
+    /// A new version of the Bulkhead object (its status written, say), with the Zone layer required or not.
+    Bulkhead {
+        zone: bool,
+    },
+}
+
+fn event() -> impl Strategy<Value = Event> {
+    prop_oneof![
+        6 => (0..PODS, 0..NAMESPACES.len(), proptest::option::of(0..NODES))
+            .prop_map(|(id, ns, node)| Event::Pod { id, ns, node }),
+        2 => (0..PODS).prop_map(|id| Event::Delete { id }),
+        1 => (0..NODES, 0..2u8).prop_map(|(n, zone)| Event::Node { n, zone }),
+        1 => any::<bool>().prop_map(Event::Batch),
+        1 => any::<bool>().prop_map(|zone| Event::Bulkhead { zone }),
+    ]
+}
+
+fn bulkhead(version: u32, zone: bool) -> Bulkhead {
+    let layers = if zone { "[Node, Zone]" } else { "[Node]" };
+    serde_yaml::from_str(&format!(
+        "apiVersion: bulkhead.dev/v1alpha1\nkind: Bulkhead\nmetadata: {{name: t, uid: u-1, resourceVersion: '{version}'}}\n\
+         spec:\n  dimension: Tenant\n  layers: {layers}\n  pool: {{resource: connections, capacity: 100}}\n  classes:\n\
+         \x20 - {{name: a, reserved: 1, pods: {{namespaceSelector: {{matchLabels: {{team: a}}}}}}}}\n\
+         \x20 - {{name: b, reserved: 1, pods: {{namespaceSelector: {{matchLabels: {{team: b}}}}}}}}\n\
+         \x20 - {{name: c, reserved: 1, pods: {{namespaceSelector: {{matchLabels: {{tier: batch}}}}}}}}\n"
+    ))
+    .expect("fixture")
+}
+
+fn namespace(name: &str, labels: &[(&str, &str)]) -> Namespace {
+    Namespace {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.to_string()),
+            labels: Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+/// A snapshot as the controller keeps it, with the count of its changes other than pods'.
+struct Cluster {
+    snapshot: Snapshot,
+    others: u64,
+    bulkhead: Bulkhead,
+    version: u32,
+}
+
+impl Cluster {
+    fn new() -> Self {
+        let mut c = Cluster { snapshot: Snapshot::default(), others: 0, bulkhead: bulkhead(1, false), version: 1 };
+        c.snapshot.apply(&namespace("a", &[("team", "a")]));
+        c.snapshot.apply(&namespace("b", &[("team", "b")]));
+        c.snapshot.apply(&namespace("x", &[("team", "x")]));
+        c.snapshot.apply(&namespace("y", &[]));
+        for n in 0..NODES {
+            c.apply(&Event::Node { n, zone: (n % 2) as u8 });
+        }
+        c
+    }
+
+    fn apply(&mut self, e: &Event) {
+        let s = &mut self.snapshot;
+        match *e {
+            Event::Pod { id, ns, node } => {
+                if let Some(old) = s.pods.keys().find(|k| k.name == format!("p-{id}")).cloned() {
+                    s.set_pod(old, None);
+                }
+                let labels = s.interner.labels([("app".to_string(), "w".to_string())].iter().map(|(k, v)| (k, v)));
+                let node = node.map(|n| s.interner.intern(&format!("n-{n}")));
+                let pod = PodInfo { labels, node, runtime_class: None, ip: None, finished: false };
+                s.set_pod(ObjectKey::new(NAMESPACES[ns], format!("p-{id}")), Some(pod));
+            }
+            Event::Delete { id } => {
+                if let Some(k) = s.pods.keys().find(|k| k.name == format!("p-{id}")).cloned() {
+                    s.set_pod(k, None);
+                }
+            }
+            Event::Node { n, zone } => {
+                let labels = BTreeMap::from([("topology.kubernetes.io/zone".to_string(), format!("z-{zone}"))]);
+                let labels = s.interner.labels(labels.iter());
+                let name = format!("n-{n}");
+                let info = NodeInfo {
+                    name: name.clone(),
+                    labels,
+                    taints: Vec::new(),
+                    schedulable: true,
+                    resource_version: None,
+                };
+                s.set_node(Some(info), &name);
+                self.others += 1;
+            }
+            Event::Batch(batch) => {
+                s.apply(&namespace("y", if batch { &[("tier", "batch")] } else { &[] }));
+                self.others += 1;
+            }
+            Event::Bulkhead { zone } => {
+                self.version += 1;
+                self.bulkhead = bulkhead(self.version, zone);
+            }
+        }
+    }
+
+    fn kept(&self, kept: &mut Kept) -> (Evaluation, bool) {
+        let (evaluation, reused) = evaluate_kept(&self.bulkhead, &self.snapshot, self.others, &Config::default(), kept);
+        ((*evaluation).clone(), reused)
+    }
+}
+
+/// Everything an evaluation decides, comparable.
+fn decided(e: &Evaluation, bulkhead: &Bulkhead) -> String {
+    let now = Time(jiff::Timestamp::from_second(1_700_000_000).expect("time"));
+    let status = e.status(bulkhead, &ApplyOutcome::NotApplied, &now);
+    format!("{:?}\n{:?}\n{:?}\n{status:?}", e.plan, e.changes, e.audit)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn a_kept_evaluation_is_always_what_a_fresh_one_would_be(events in proptest::collection::vec(event(), 1..40)) {
+        let mut cluster = Cluster::new();
+        let mut kept = Kept::default();
+        cluster.kept(&mut kept);
+        for e in &events {
+            cluster.apply(e);
+            let (evaluation, _) = cluster.kept(&mut kept);
+            let fresh = evaluate(&cluster.bulkhead, &cluster.snapshot, &Config::default());
+            prop_assert_eq!(decided(&evaluation, &cluster.bulkhead), decided(&fresh, &cluster.bulkhead), "after {:?}", e);
+        }
+    }
+}
+
+#[test]
+fn only_changes_outside_what_the_bulkhead_reads_reuse_its_evaluation() {
+    let mut cluster = Cluster::new();
+    let mut kept = Kept::default();
+    assert!(!cluster.kept(&mut kept).1, "the first evaluation is a full one");
+    assert!(cluster.kept(&mut kept).1, "nothing changed");
+    let cases = [
+        (Event::Pod { id: 0, ns: 2, node: Some(1) }, true, "a pod in a namespace no class selects"),
+        (Event::Pod { id: 1, ns: 3, node: Some(1) }, true, "a pod in y while no class selects it"),
+        (Event::Pod { id: 2, ns: 0, node: Some(0) }, false, "a pod of class a"),
+        (Event::Pod { id: 3, ns: 1, node: None }, false, "a pending pod of class b"),
+        (Event::Delete { id: 0 }, true, "the foreign pod deleted"),
+        (Event::Node { n: 3, zone: 0 }, false, "a node relabelled"),
+        (Event::Batch(true), false, "y now selected by class c"),
+        (Event::Pod { id: 1, ns: 3, node: Some(2) }, false, "a pod in y, now read"),
+        (Event::Bulkhead { zone: false }, false, "a new version of the Bulkhead"),
+    ];
+    for (event, reuse, what) in cases {
+        cluster.apply(&event);
+        assert_eq!(cluster.kept(&mut kept).1, reuse, "{what}");
+        assert!(cluster.kept(&mut kept).1, "{what}, then nothing");
+    }
+}
+
+#[test]
+fn a_bulkhead_naming_a_database_is_evaluated_again_on_any_pod_change() {
+    let mut cluster = Cluster::new();
+    cluster.bulkhead.spec.classes[0].databases = vec!["postgres://10.0.0.5:5432/db".to_string()];
+    let mut kept = Kept::default();
+    cluster.kept(&mut kept);
+    cluster.apply(&Event::Pod { id: 0, ns: 2, node: Some(1) });
+    assert!(!cluster.kept(&mut kept).1, "a foreign pod may be the database's backend");
+}
+
+#[test]
+fn a_relisted_pod_watch_is_evaluated_again() {
+    let mut cluster = Cluster::new();
+    let mut kept = Kept::default();
+    cluster.kept(&mut kept);
+    cluster.snapshot.reset::<k8s_openapi::api::core::v1::Pod>(BTreeMap::new());
+    assert!(!cluster.kept(&mut kept).1, "a relist starts a new journal epoch");
+}
