@@ -175,6 +175,10 @@ fn spawn_seniority(api: Api<PartialObjectMeta<Bulkhead>>, shared: Arc<SharedSnap
                 watcher::Event::Apply(obj) => snapshot.seniority.insert(&obj.metadata),
                 watcher::Event::Delete(obj) => snapshot.seniority.remove(&obj.name_any()),
             };
+            if changed {
+                // The planner reads seniority: no kept evaluation outlives a change of it.
+                shared.others.fetch_add(1, Ordering::AcqRel);
+            }
             drop(snapshot);
             if changed {
                 shared.changed.notify_one();

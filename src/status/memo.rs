@@ -7,7 +7,7 @@
 //!   and metadata alike; the plan reads the previous shards from the status),
 //!   and so is the operator's configuration;
 //! - nothing but pods changed in the snapshot (`others`, the caller's count
-//!   of every other change, is the same);
+//!   of every other change, Bulkheads' creation times included, is the same);
 //! - every pod that changed (the snapshot's journal since then, which holds
 //!   every pod change and starts a new epoch on a relist) is in a namespace
 //!   none of its classes nor spec.workload reads pods from: the planner and
