@@ -135,14 +135,10 @@ impl AuditState {
                 if self.classes.classes_in_namespace(selectors, ns, pod) & (1 << class) == 0 {
                     continue;
                 }
-                let node = pod.node.as_ref().and_then(|n| self.counts.nodes.find(n));
+                let node = pod.node.as_ref().and_then(|n| self.counts.nodes.lookup(n));
                 let doms = self.counts.doms(key, pod, node, snapshot, &self.config);
                 for (i, dom) in doms.iter().enumerate() {
-                    if let Some(cell) = self.counts.layers[i].cell_mut(class, dom) {
-                        if cell.least.is_none() {
-                            cell.least = Some(key.clone());
-                        }
-                    }
+                    self.counts.layers[i].name_least(class, dom, key);
                 }
             }
         }
@@ -237,11 +233,7 @@ impl Counts {
         if new == old {
             return;
         }
-        let moved: Vec<(u16, u32)> = self.layers[NODE]
-            .domains
-            .get(&id)
-            .map(|cells| cells.iter().map(|c| (c.class, c.count)).collect())
-            .unwrap_or_default();
+        let moved: Vec<(u16, u32)> = self.layers[NODE].classes_at(id).collect();
         let mut layers = vec![(ZONE, by_label(id, &old, old.zone), by_label(id, &new, new.zone))];
         if config.host_label.is_some() {
             layers.push((HOST, by_label(id, &old, old.host), by_label(id, &new, new.host)));

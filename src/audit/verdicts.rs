@@ -5,6 +5,7 @@
 //! event that only moves a count costs nothing here.
 
 use super::{
+    classes::{classes_in, ClassSet},
     domains::{dedup_keep_order, PairVerdict},
     layer::{Dom, Why},
     state::{AuditState, Hints, KERNEL, NODE, ZONE},
@@ -37,26 +38,35 @@ impl AuditState {
         let n = l.classes();
         // The first shared domains of each stale pair, walking domains in
         // name order until every one that shares has its evidence.
+        // Per class a, the classes b > a it still wants domains with; the
+        // classes wanting any.
         let mut wanted = vec![0usize; n * n];
+        let mut partners: Vec<ClassSet> = vec![0; n];
+        let mut askers: ClassSet = 0;
         let mut need = 0;
         for &(a, b) in stale {
             wanted[a * n + b] = (l.pair_domains[a * n + b] as usize).min(MAX_EVIDENCE);
-            need += usize::from(wanted[a * n + b] > 0);
+            if wanted[a * n + b] > 0 {
+                need += 1;
+                partners[a] |= 1 << b;
+                askers |= 1 << a;
+            }
         }
         let mut chosen: Vec<Vec<u32>> = vec![Vec::new(); n * n];
         for (_, d) in &l.shared {
             if need == 0 {
                 break;
             }
-            let Some(cells) = l.domains.get(d) else { continue };
-            for (x, a) in cells.iter().enumerate() {
-                for b in &cells[x + 1..] {
-                    let (a, b) = if a.class < b.class { (a.class, b.class) } else { (b.class, a.class) };
+            let here = l.present(*d);
+            for a in classes_in(here & askers) {
+                for b in classes_in(partners[a as usize] & here) {
                     let p = a as usize * n + b as usize;
-                    if chosen[p].len() < wanted[p] {
-                        chosen[p].push(*d);
-                        if chosen[p].len() == wanted[p] {
-                            need -= 1;
+                    chosen[p].push(*d);
+                    if chosen[p].len() == wanted[p] {
+                        need -= 1;
+                        partners[a as usize] &= !(1 << b);
+                        if partners[a as usize] == 0 {
+                            askers &= !(1 << a);
                         }
                     }
                 }
@@ -156,21 +166,16 @@ impl AuditState {
     /// from the build's hints, else found again (with every other cell of
     /// the class that lost track of its own) and kept.
     fn least(&mut self, layer: usize, class: u16, dom: &Dom, snapshot: &Snapshot, hints: &Hints<'_>) -> String {
-        let cell = self.counts.layers[layer].cell(class, dom);
-        if let Some(k) = cell.and_then(|c| c.least.as_ref()) {
+        let l = &self.counts.layers[layer];
+        if let Some(k) = l.least(class, dom) {
             return k.to_string();
         }
-        if let Some(k) = cell.and_then(|c| hints.get(c.first as usize)) {
-            let k = (*k).clone();
-            let text = k.to_string();
-            if let Some(cell) = self.counts.layers[layer].cell_mut(class, dom) {
-                cell.least = Some(k);
-            }
-            return text;
+        if let Some(&k) = l.first(class, dom).and_then(|f| hints.get(f as usize)) {
+            self.counts.layers[layer].name_least(class, dom, k);
+            return k.to_string();
         }
         self.find_least(class, snapshot);
-        let cell = self.counts.layers[layer].cell(class, dom);
-        cell.and_then(|c| c.least.as_ref()).map(ToString::to_string).unwrap_or_default()
+        self.counts.layers[layer].least(class, dom).map(ToString::to_string).unwrap_or_default()
     }
 
     /// Pairs of the Process layer: a pod of two classes is one process they share.
@@ -181,7 +186,7 @@ impl AuditState {
         let n = self.counts.process.members.len();
         let mut shared: Vec<Vec<String>> = vec![Vec::new(); n * n];
         for (pod, set) in &self.counts.process.multi {
-            let classes: Vec<usize> = super::classes::classes_in(*set).map(usize::from).collect();
+            let classes: Vec<usize> = classes_in(*set).map(usize::from).collect();
             for (x, &a) in classes.iter().enumerate() {
                 for &b in &classes[x + 1..] {
                     let slot = &mut shared[a * n + b];
