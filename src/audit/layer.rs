@@ -12,7 +12,7 @@ use super::{
     classes::{classes_in, ClassSet},
     domains::PairVerdict,
 };
-use crate::snapshot::ObjectKey;
+use crate::{crd::LayerStatus, snapshot::ObjectKey};
 
 /// Where a pod sits in a layer.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -120,6 +120,8 @@ pub struct LayerCounts {
     pub pair_cache: Vec<Option<PairVerdict>>,
     /// Per class: its doubts, likewise.
     pub doubt_cache: Vec<Option<Vec<String>>>,
+    /// The layer's status, while no pair's verdict was worked out again.
+    pub status: Option<LayerStatus>,
 }
 
 impl LayerCounts {
@@ -137,6 +139,7 @@ impl LayerCounts {
             ignored: 0,
             pair_cache: vec![None; n * n],
             doubt_cache: vec![None; n],
+            status: None,
         }
     }
 

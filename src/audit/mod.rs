@@ -88,15 +88,15 @@ pub fn audit_cached(
 fn verdicts(state: &mut AuditState, selection: &Selection<'_>, snapshot: &Snapshot, hints: &Hints<'_>) -> Audit {
     let mut layers = Vec::new();
     for layer in Layer::ALL {
-        let pairs = match layer {
-            Layer::Process => process(state, selection, snapshot),
-            Layer::Node => state.layer_pairs(NODE, snapshot, hints),
-            Layer::Kernel => state.layer_pairs(KERNEL, snapshot, hints),
-            Layer::Zone => state.layer_pairs(ZONE, snapshot, hints),
-            Layer::Host => state.layer_pairs(HOST, snapshot, hints),
-            Layer::Database => database::pairs(selection.bulkhead, snapshot),
+        let status = match layer {
+            Layer::Process => layer_status(selection, layer, process(state, selection, snapshot)),
+            Layer::Node => state.layer_status(NODE, selection, snapshot, hints),
+            Layer::Kernel => state.layer_status(KERNEL, selection, snapshot, hints),
+            Layer::Zone => state.layer_status(ZONE, selection, snapshot, hints),
+            Layer::Host => state.layer_status(HOST, selection, snapshot, hints),
+            Layer::Database => layer_status(selection, layer, database::pairs(selection.bulkhead, snapshot)),
         };
-        layers.push(layer_status(selection, layer, pairs));
+        layers.push(status);
     }
     Audit { layers, unscheduled: state.unscheduled() }
 }

@@ -4,7 +4,7 @@
 //! controller keeps the state between reconciles, so a pod bound, moved or
 //! deleted costs a few map updates, not a pass over the cluster.
 
-use std::collections::BTreeMap;
+use std::collections::{btree_map, BTreeMap};
 
 use super::{
     classes::{classes_in, ClassSet, Classifier},
@@ -69,8 +69,7 @@ impl AuditState {
         // Namespaces in order, pods in order within each: every cell's first pod is its least.
         for ns in classes.all_namespaces() {
             let selectors = classes.selectors_of(ns);
-            let start = ObjectKey::new(ns, "");
-            for (key, pod) in snapshot.pods.range(start..).take_while(|(k, _)| k.namespace == ns) {
+            for (key, pod) in pods_in(snapshot, ns) {
                 let set = classes.classes_in_namespace(selectors, ns, pod);
                 if set != 0 {
                     counts.add(key, pod, set, snapshot, config, Some(&mut hints));
@@ -131,7 +130,7 @@ impl AuditState {
         let Some(namespaces) = self.classes.namespaces.get(class as usize) else { return };
         for ns in namespaces {
             let selectors = self.classes.selectors_of(ns);
-            for (key, pod) in snapshot.pods_in(ns) {
+            for (key, pod) in pods_in(snapshot, ns) {
                 if self.classes.classes_in_namespace(selectors, ns, pod) & (1 << class) == 0 {
                     continue;
                 }
@@ -256,6 +255,14 @@ impl Counts {
         }
         self.nodes.slots[id as usize] = new;
     }
+}
+
+/// The pods of one namespace, bounded by keys on both ends, so walking them
+/// reads no key (each key's strings are an allocation of their own).
+fn pods_in<'a>(snapshot: &'a Snapshot, namespace: &str) -> btree_map::Range<'a, ObjectKey, PodInfo> {
+    // No namespace name holds a NUL: every key of `namespace` sorts before this one.
+    let end = ObjectKey::new(format!("{namespace}\0"), "");
+    snapshot.pods.range(ObjectKey::new(namespace, "")..end)
 }
 
 /// Node and Kernel domains are nodes; Zone and Host domains are label values.

@@ -11,15 +11,29 @@ use super::{
     state::{AuditState, Hints, KERNEL, NODE, ZONE},
     ZONE_LABEL,
 };
-use crate::{crd::LayerState, select::Source, snapshot::Snapshot};
+use crate::{
+    crd::{Layer, LayerState, LayerStatus},
+    select::{Selection, Source},
+    snapshot::Snapshot,
+};
+
+/// The counted layers, by their numbers in `state`.
+const COUNTED: [Layer; 4] = [Layer::Node, Layer::Kernel, Layer::Zone, Layer::Host];
 
 /// How much evidence a pair carries: enough to act on, not a dump.
 const MAX_EVIDENCE: usize = 3;
 
 impl AuditState {
-    /// Pairs of a counted layer (NODE, KERNEL, ZONE or HOST). Only pairs
-    /// whose inputs changed since the last call are worked out again.
-    pub fn layer_pairs(&mut self, layer: usize, snapshot: &Snapshot, hints: &Hints<'_>) -> Vec<PairVerdict> {
+    /// The status of a counted layer (NODE, KERNEL, ZONE or HOST). Only
+    /// pairs whose inputs changed since the last call are worked out again,
+    /// and the status is made again only when one did.
+    pub fn layer_status(
+        &mut self,
+        layer: usize,
+        selection: &Selection<'_>,
+        snapshot: &Snapshot,
+        hints: &Hints<'_>,
+    ) -> LayerStatus {
         let l = &self.counts.layers[layer];
         let n = l.classes();
         let stale: Vec<(usize, usize)> = (0..n)
@@ -28,9 +42,19 @@ impl AuditState {
             .collect();
         if !stale.is_empty() {
             self.work_out(layer, &stale, snapshot, hints);
+            self.counts.layers[layer].status = None;
         }
         let l = &self.counts.layers[layer];
-        (0..n).flat_map(|a| (a + 1..n).map(move |b| a * n + b)).filter_map(|p| l.pair_cache[p].clone()).collect()
+        if let Some(status) = &l.status {
+            return status.clone();
+        }
+        let pairs = (0..n)
+            .flat_map(|a| (a + 1..n).map(move |b| a * n + b))
+            .filter_map(|p| l.pair_cache[p].clone())
+            .collect();
+        let status = super::layer_status(selection, COUNTED[layer], pairs);
+        self.counts.layers[layer].status = Some(status.clone());
+        status
     }
 
     fn work_out(&mut self, layer: usize, stale: &[(usize, usize)], snapshot: &Snapshot, hints: &Hints<'_>) {
