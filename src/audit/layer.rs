@@ -120,8 +120,9 @@ pub struct LayerCounts {
     pub pair_cache: Vec<Option<PairVerdict>>,
     /// Per class: its doubts, likewise.
     pub doubt_cache: Vec<Option<Vec<String>>>,
-    /// The layer's status, while no pair's verdict was worked out again.
-    pub status: Option<LayerStatus>,
+    /// The layer's status as last reported, with the pair (a·n + b) of
+    /// each of its entries: patched pair by pair as verdicts change.
+    pub status: Option<(LayerStatus, Vec<usize>)>,
 }
 
 impl LayerCounts {

@@ -141,25 +141,34 @@ fn process(state: &mut AuditState, selection: &Selection<'_>, snapshot: &Snapsho
 }
 
 fn layer_status(selection: &Selection<'_>, layer: Layer, pairs: Vec<PairVerdict>) -> LayerStatus {
-    let state = if pairs.iter().any(|p| p.state == LayerState::Shared) {
-        LayerState::Shared
-    } else if pairs.iter().any(|p| p.state == LayerState::Unverified) {
-        LayerState::Unverified
-    } else {
-        LayerState::Separate
-    };
     LayerStatus {
         name: layer,
         required: selection.bulkhead.spec.layers.contains(&layer),
-        state,
+        state: layer_state(pairs.iter()),
         pairs: pairs
             .into_iter()
             .filter(|p| p.state != LayerState::Separate)
-            .map(|p| PairStatus {
-                classes: vec![selection.classes[p.a].spec.name.clone(), selection.classes[p.b].spec.name.clone()],
-                state: p.state,
-                evidence: p.evidence,
-            })
+            .map(|p| PairStatus { classes: class_names(selection, &p), state: p.state, evidence: p.evidence })
             .collect(),
     }
+}
+
+/// A layer is Shared if any pair shares it, else Unverified if any pair
+/// cannot tell, else Separate.
+fn layer_state<'a>(mut pairs: impl Iterator<Item = &'a PairVerdict> + Clone) -> LayerState {
+    if pairs.clone().any(|p| p.state == LayerState::Shared) {
+        LayerState::Shared
+    } else if pairs.any(|p| p.state == LayerState::Unverified) {
+        LayerState::Unverified
+    } else {
+        LayerState::Separate
+    }
+}
+
+fn pair_status(selection: &Selection<'_>, p: &PairVerdict) -> PairStatus {
+    PairStatus { classes: class_names(selection, p), state: p.state, evidence: p.evidence.clone() }
+}
+
+fn class_names(selection: &Selection<'_>, p: &PairVerdict) -> Vec<String> {
+    vec![selection.classes[p.a].spec.name.clone(), selection.classes[p.b].spec.name.clone()]
 }

@@ -8,6 +8,7 @@ use super::{
     classes::{classes_in, ClassSet},
     domains::{dedup_keep_order, PairVerdict},
     layer::{Dom, Why},
+    layer_state, pair_status,
     state::{AuditState, Hints, KERNEL, NODE, ZONE},
     ZONE_LABEL,
 };
@@ -26,7 +27,7 @@ const MAX_EVIDENCE: usize = 3;
 impl AuditState {
     /// The status of a counted layer (NODE, KERNEL, ZONE or HOST). Only
     /// pairs whose inputs changed since the last call are worked out again,
-    /// and the status is made again only when one did.
+    /// and only they are replaced in the status kept from the last call.
     pub fn layer_status(
         &mut self,
         layer: usize,
@@ -42,19 +43,45 @@ impl AuditState {
             .collect();
         if !stale.is_empty() {
             self.work_out(layer, &stale, snapshot, hints);
-            self.counts.layers[layer].status = None;
         }
-        let l = &self.counts.layers[layer];
-        if let Some(status) = &l.status {
-            return status.clone();
+        let l = &mut self.counts.layers[layer];
+        let Some((status, index)) = &mut l.status else {
+            let index: Vec<usize> = (0..n)
+                .flat_map(|a| (a + 1..n).map(move |b| a * n + b))
+                .filter(|&p| l.pair_cache[p].as_ref().is_some_and(|v| v.state != LayerState::Separate))
+                .collect();
+            let pairs = index.iter().filter_map(|&p| l.pair_cache[p].as_ref());
+            let status = LayerStatus {
+                name: COUNTED[layer],
+                required: selection.bulkhead.spec.layers.contains(&COUNTED[layer]),
+                state: layer_state(pairs.clone()),
+                pairs: pairs.map(|v| pair_status(selection, v)).collect(),
+            };
+            l.status = Some((status.clone(), index));
+            return status;
+        };
+        // Patch the kept status with the pairs worked out again: the rest
+        // of it did not change.
+        for &(a, b) in &stale {
+            let p = a * n + b;
+            let verdict = l.pair_cache[p].as_ref().filter(|v| v.state != LayerState::Separate);
+            match (index.binary_search(&p), verdict) {
+                (Ok(i), Some(v)) => status.pairs[i] = pair_status(selection, v),
+                (Ok(i), None) => {
+                    status.pairs.remove(i);
+                    index.remove(i);
+                }
+                (Err(i), Some(v)) => {
+                    status.pairs.insert(i, pair_status(selection, v));
+                    index.insert(i, p);
+                }
+                (Err(_), None) => {}
+            }
         }
-        let pairs = (0..n)
-            .flat_map(|a| (a + 1..n).map(move |b| a * n + b))
-            .filter_map(|p| l.pair_cache[p].clone())
-            .collect();
-        let status = super::layer_status(selection, COUNTED[layer], pairs);
-        self.counts.layers[layer].status = Some(status.clone());
-        status
+        if !stale.is_empty() {
+            status.state = layer_state(index.iter().filter_map(|&p| l.pair_cache[p].as_ref()));
+        }
+        status.clone()
     }
 
     fn work_out(&mut self, layer: usize, stale: &[(usize, usize)], snapshot: &Snapshot, hints: &Hints<'_>) {
