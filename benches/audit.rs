@@ -118,15 +118,19 @@ fn node_of(p: usize, nodes: usize) -> usize {
     (p / 10) % nodes
 }
 
-fn pod(s: &mut Snapshot, p: usize, node: Option<usize>) -> (ObjectKey, PodInfo) {
+fn pod_key(p: usize) -> ObjectKey {
     let ns = p % NAMESPACES;
-    let class = ns % CLASSES;
+    ObjectKey::new(format!("team-{ns}"), format!("app-{}-{p}", ns % CLASSES))
+}
+
+fn pod(s: &mut Snapshot, p: usize, node: Option<usize>) -> (ObjectKey, PodInfo) {
+    let class = p % NAMESPACES % CLASSES;
     let labels =
         [("app".to_string(), format!("app-{class}")), ("pod-template-hash".to_string(), "7d9c8b6f5".to_string())];
     let labels = s.interner.labels(labels.iter().map(|(k, v)| (k, v)));
     let node = node.map(|n| s.interner.intern(&format!("node-{n}")));
     (
-        ObjectKey::new(format!("team-{ns}"), format!("app-{class}-{p}")),
+        pod_key(p),
         PodInfo {
             labels,
             node,
@@ -138,6 +142,10 @@ fn pod(s: &mut Snapshot, p: usize, node: Option<usize>) -> (ObjectKey, PodInfo) 
 }
 
 /// Nodes spread over 3 zones; pods spread so that classes share nodes.
+/// Pods are stored in key order (namespace, name), as a relist delivers them
+/// (the API server lists in key order) and a starting operator stores them;
+/// `BENCH_LAYOUT=scattered` stores them in pod-number order instead, each
+/// namespace's pods 200 apart in memory (as long churn may leave them).
 fn snapshot(nodes: usize) -> Snapshot {
     let mut s = Snapshot::default();
     for n in 0..NAMESPACES {
@@ -162,7 +170,11 @@ fn snapshot(nodes: usize) -> Snapshot {
             },
         );
     }
-    for p in 0..nodes * PODS_PER_NODE {
+    let mut order: Vec<usize> = (0..nodes * PODS_PER_NODE).collect();
+    if std::env::var("BENCH_LAYOUT").as_deref() != Ok("scattered") {
+        order.sort_by_cached_key(|&p| pod_key(p));
+    }
+    for p in order {
         let (key, info) = pod(&mut s, p, Some(node_of(p, nodes)));
         s.pods.insert(key, info);
     }
@@ -324,9 +336,10 @@ fn main() {
         println!("audit bench smoke: 1 passed, 0 failed");
         return;
     }
-    // BENCH_EVENT_NODES=1000 times only the events (for profiling).
+    // BENCH_EVENT_NODES=1000 times only the events (for profiling; BENCH_EVENTS=200 fewer of them).
     if let Some(nodes) = std::env::var("BENCH_EVENT_NODES").ok().and_then(|n| n.parse().ok()) {
-        let (event, full) = time_events(nodes, 2_000);
+        let events = std::env::var("BENCH_EVENTS").ok().and_then(|n| n.parse().ok()).unwrap_or(2_000);
+        let (event, full) = time_events(nodes, events);
         println!("event {:.1} µs, full audit {:.2} ms", event.as_secs_f64() * 1e6, full.as_secs_f64() * 1e3);
         return;
     }
@@ -335,14 +348,17 @@ fn main() {
         Some(n) => vec![n],
         None => vec![1_000, 5_000, 20_000],
     };
-    let runs = if sizes.len() == 1 { 50 } else { 7 };
-    println!("audit of 20 classes, {PODS_PER_NODE} pods per node, single thread (median of {runs} runs):");
+    // Short runs are the noisiest on a busy machine: smaller sizes take more
+    // (7 at 20,000 nodes, 28 at 5,000, 50 at 1,000).
+    let runs = |nodes: usize| if sizes.len() == 1 { 50 } else { (7 * 20_000 / nodes.max(1)).clamp(7, 50) };
+    println!("audit of 20 classes, {PODS_PER_NODE} pods per node, single thread (median of the runs shown):");
     let mut per_pod = Vec::new();
     for &nodes in &sizes {
+        let runs = runs(nodes);
         let s = time_audit(nodes, runs);
         let ns = |d: Duration| d.as_secs_f64() * 1e9 / s.pods as f64;
         println!(
-            "  {nodes:>6} nodes {:>7} pods: full audit {:>7.1} ms ({:.0} ns per pod), floor {:>6.1} ms ({:.0} ns per pod)",
+            "  {nodes:>6} nodes {:>7} pods ({runs:>2} runs): full audit {:>7.1} ms ({:.0} ns per pod), floor {:>6.1} ms ({:.0} ns per pod)",
             s.pods,
             s.audit.as_secs_f64() * 1e3,
             ns(s.audit),

@@ -127,6 +127,17 @@ pub fn pairs(bulkhead: &Bulkhead, snapshot: &Snapshot) -> Vec<PairVerdict> {
         .map(|c| c.databases.iter().map(|u| (u.clone(), resolve(u, default_ns, snapshot))).collect())
         .collect();
     let classes = &bulkhead.spec.classes;
+    let own_doubts: Vec<Vec<String>> = (0..classes.len())
+        .map(|c| {
+            let mut doubts = Vec::new();
+            if resolved[c].is_empty() {
+                doubts.push(format!("class {} declares no databases", classes[c].name));
+            }
+            doubts.extend(resolved[c].iter().flat_map(|(_, r)| r.doubts.iter().cloned()));
+            super::domains::dedup_keep_order(&mut doubts);
+            doubts
+        })
+        .collect();
     let mut out = Vec::new();
     for a in 0..classes.len() {
         for b in a + 1..classes.len() {
@@ -146,15 +157,17 @@ pub fn pairs(bulkhead: &Bulkhead, snapshot: &Snapshot) -> Vec<PairVerdict> {
                 out.push(PairVerdict { a, b, state: LayerState::Shared, evidence });
                 continue;
             }
-            let mut doubts = Vec::new();
-            for c in [a, b] {
-                if resolved[c].is_empty() {
-                    doubts.push(format!("class {} declares no databases", classes[c].name));
+            // The first three distinct doubts of either class, cloned only
+            // when kept: this runs for every pair at every re-audit.
+            let mut doubts: Vec<String> = Vec::new();
+            for d in own_doubts[a].iter().chain(&own_doubts[b]) {
+                if doubts.len() == 3 {
+                    break;
                 }
-                doubts.extend(resolved[c].iter().flat_map(|(_, r)| r.doubts.iter().cloned()));
+                if !doubts.contains(d) {
+                    doubts.push(d.clone());
+                }
             }
-            super::domains::dedup_keep_order(&mut doubts);
-            doubts.truncate(3);
             let state = if doubts.is_empty() { LayerState::Separate } else { LayerState::Unverified };
             out.push(PairVerdict { a, b, state, evidence: doubts });
         }

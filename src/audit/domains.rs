@@ -13,6 +13,13 @@ pub struct PairVerdict {
 
 /// Drop repeated evidence, keeping the first of each.
 pub fn dedup_keep_order(items: &mut Vec<String>) {
-    let mut seen = std::collections::HashSet::new();
-    items.retain(|i| seen.insert(i.clone()));
+    // A few doubts at a time: comparing with those kept beats hashing clones.
+    let mut kept = 0;
+    for i in 0..items.len() {
+        if !items[..kept].contains(&items[i]) {
+            items.swap(kept, i);
+            kept += 1;
+        }
+    }
+    items.truncate(kept);
 }

@@ -8,8 +8,11 @@ use std::{collections::BTreeSet, sync::Arc};
 
 use rustc_hash::FxHashMap;
 
-use super::domains::PairVerdict;
-use crate::snapshot::ObjectKey;
+use super::{
+    classes::{classes_in, ClassSet},
+    domains::PairVerdict,
+};
+use crate::{crd::LayerStatus, snapshot::ObjectKey};
 
 /// Where a pod sits in a layer.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -35,16 +38,24 @@ pub enum Why {
     Everywhere,
 }
 
-/// Pods of one class in one domain.
+/// Pods of one class in a domain the API cannot name (see `Why`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Cell {
-    pub class: u16,
     pub count: u32,
     /// The least pod (by namespace/name), named in evidence; None when it
     /// is not known here and must be found again (see `verdicts.rs`).
     pub least: Option<ObjectKey>,
     /// A build's number for its first pod (the least; see `state::Hints`).
     pub first: u32,
+}
+
+/// Pods of one class in one known domain: what counting a pod touches. The
+/// least pod, needed only for evidence, is kept apart (`LayerCounts::least`).
+#[derive(Clone, Copy, Debug, Default)]
+struct Slot {
+    count: u32,
+    /// A build's number for its first pod (see `Cell::first`).
+    first: u32,
 }
 
 /// No build numbered this cell's first pod.
@@ -81,11 +92,18 @@ impl Naming<'_> {
     }
 }
 
+/// Domains are numbered densely by the audit (nodes, label values), so the
+/// counts of known domains are a matrix, domain × class: counting a pod
+/// touches one slot and its domain's class set, whatever the cluster's size.
 #[derive(Clone, Debug)]
 pub struct LayerCounts {
     n: usize,
-    /// Domain → the classes it holds.
-    pub domains: FxHashMap<u32, Vec<Cell>>,
+    /// Domain × class (at d·n + class): the pods of the class there.
+    slots: Vec<Slot>,
+    /// Per domain: the classes it holds.
+    present: Vec<ClassSet>,
+    /// (domain, class) → the least pod there, where known.
+    least: FxHashMap<(u32, u16), ObjectKey>,
     /// Domains holding two classes or more, by name.
     pub shared: BTreeSet<(Arc<str>, u32)>,
     /// Per pair a < b (at a·n + b): how many domains hold both.
@@ -102,13 +120,18 @@ pub struct LayerCounts {
     pub pair_cache: Vec<Option<PairVerdict>>,
     /// Per class: its doubts, likewise.
     pub doubt_cache: Vec<Option<Vec<String>>>,
+    /// The layer's status as last reported, with the pair (a·n + b) of
+    /// each of its entries: patched pair by pair as verdicts change.
+    pub status: Option<(LayerStatus, Vec<usize>)>,
 }
 
 impl LayerCounts {
     pub fn new(n: usize) -> Self {
         Self {
             n,
-            domains: FxHashMap::default(),
+            slots: Vec::new(),
+            present: Vec::new(),
+            least: FxHashMap::default(),
             shared: BTreeSet::new(),
             pair_domains: vec![0; n * n],
             placed: vec![0; n],
@@ -117,15 +140,14 @@ impl LayerCounts {
             ignored: 0,
             pair_cache: vec![None; n * n],
             doubt_cache: vec![None; n],
+            status: None,
         }
     }
 
     /// A cell of `class` in domain `d` came, went or names another pod: the
     /// pairs of `class` with the other classes there change.
     fn dirty_domain(&mut self, class: u16, d: u32) {
-        let Some(cells) = self.domains.get(&d) else { return };
-        let others: Vec<u16> = cells.iter().map(|x| x.class).filter(|&o| o != class).collect();
-        for o in others {
+        for o in classes_in(self.present(d) & !(1 << class)) {
             let p = self.pair(class, o);
             self.pair_cache[p] = None;
         }
@@ -152,6 +174,26 @@ impl LayerCounts {
         a as usize * self.n + b as usize
     }
 
+    /// The classes domain `d` holds.
+    pub fn present(&self, d: u32) -> ClassSet {
+        self.present.get(d as usize).copied().unwrap_or(0)
+    }
+
+    /// The classes domain `d` holds, with their counts.
+    pub fn classes_at(&self, d: u32) -> impl Iterator<Item = (u16, u32)> + '_ {
+        classes_in(self.present(d)).map(move |c| (c, self.slots[d as usize * self.n + c as usize].count))
+    }
+
+    /// The slot of `class` in domain `d`, making room for the domain.
+    fn slot(&mut self, d: u32, class: u16) -> usize {
+        let d = d as usize;
+        if d >= self.present.len() {
+            self.present.resize(d + 1, 0);
+            self.slots.resize((d + 1) * self.n, Slot::default());
+        }
+        d * self.n + class as usize
+    }
+
     /// Count `count` pods of `class` in `dom`.
     pub fn add(&mut self, class: u16, dom: &Dom, count: u32, least: Least<'_>, naming: &Naming<'_>) {
         let c = class as usize;
@@ -159,21 +201,26 @@ impl LayerCounts {
             Dom::Ignored => self.ignored += u64::from(count),
             Dom::Alone => self.place(c, i64::from(count)),
             Dom::Known(d) => {
+                let d = *d;
                 self.place(c, i64::from(count));
-                let cells = self.domains.entry(*d).or_default();
-                if let Some(cell) = cells.iter_mut().find(|x| x.class == class) {
-                    cell.count += count;
-                    if lower(cell, least) {
-                        self.dirty_domain(class, *d);
+                let i = self.slot(d, class);
+                let others = self.present[d as usize];
+                if others & (1 << class) != 0 {
+                    self.slots[i].count += count;
+                    if self.lower(d, class, least) {
+                        self.dirty_domain(class, d);
                     }
                     return;
                 }
-                cells.push(Cell { class, count, least: owned(least), first: first(least) });
-                let others: Vec<u16> = cells.iter().map(|x| x.class).filter(|&o| o != class).collect();
-                if others.len() == 1 {
-                    self.shared.insert((naming.domain(*d), *d));
+                self.present[d as usize] |= 1 << class;
+                self.slots[i] = Slot { count, first: first(least) };
+                if let Least::Pod(k) = least {
+                    self.least.insert((d, class), k.clone());
                 }
-                for o in others {
+                if others.count_ones() == 1 {
+                    self.shared.insert((naming.domain(d), d));
+                }
+                for o in classes_in(others) {
                     let p = self.pair(class, o);
                     self.pair_domains[p] += 1;
                     self.pair_cache[p] = None;
@@ -189,7 +236,7 @@ impl LayerCounts {
                     return;
                 }
                 self.unknown_order[c].insert((naming.why(why), why.clone()));
-                self.unknown.insert(key, Cell { class, count, least: owned(least), first: first(least) });
+                self.unknown.insert(key, Cell { count, least: owned(least), first: first(least) });
                 self.dirty_class(class);
             }
         }
@@ -203,25 +250,27 @@ impl LayerCounts {
             Dom::Ignored => self.ignored = self.ignored.saturating_sub(u64::from(count)),
             Dom::Alone => self.place(c, -i64::from(count)),
             Dom::Known(d) => {
+                let d = *d;
                 self.place(c, -i64::from(count));
-                let Some(cells) = self.domains.get_mut(d) else { return };
-                let Some(i) = cells.iter().position(|x| x.class == class) else { return };
-                if cells[i].count > count {
-                    cells[i].count -= count;
-                    if forget(&mut cells[i], pod) {
-                        self.dirty_domain(class, *d);
+                if self.present(d) & (1 << class) == 0 {
+                    return;
+                }
+                let i = d as usize * self.n + c;
+                if self.slots[i].count > count {
+                    self.slots[i].count -= count;
+                    if self.forget(d, class, pod) {
+                        self.dirty_domain(class, d);
                     }
                     return;
                 }
-                cells.swap_remove(i);
-                let others: Vec<u16> = cells.iter().map(|x| x.class).collect();
-                if cells.is_empty() {
-                    self.domains.remove(d);
+                self.slots[i] = Slot::default();
+                self.least.remove(&(d, class));
+                self.present[d as usize] &= !(1 << class);
+                let others = self.present[d as usize];
+                if others.count_ones() == 1 {
+                    self.shared.remove(&(naming.domain(d), d));
                 }
-                if others.len() == 1 {
-                    self.shared.remove(&(naming.domain(*d), *d));
-                }
-                for o in others {
+                for o in classes_in(others) {
                     let p = self.pair(class, o);
                     self.pair_domains[p] = self.pair_domains[p].saturating_sub(1);
                     self.pair_cache[p] = None;
@@ -253,19 +302,73 @@ impl LayerCounts {
         }
     }
 
-    pub fn cell(&self, class: u16, dom: &Dom) -> Option<&Cell> {
+    /// Keep the lesser pod of a known domain's cell; true when the named pod changed.
+    fn lower(&mut self, d: u32, class: u16, least: Least<'_>) -> bool {
+        match least {
+            Least::Pod(k) => match self.least.get_mut(&(d, class)) {
+                Some(old) if k < old => {
+                    *old = k.clone();
+                    true
+                }
+                _ => false,
+            },
+            Least::Unknown => self.least.remove(&(d, class)).is_some(),
+            Least::First(_) => false,
+        }
+    }
+
+    /// The least pod of a known domain's cell left (or moved): it must be
+    /// found again. True when it did.
+    fn forget(&mut self, d: u32, class: u16, pod: Option<&ObjectKey>) -> bool {
+        match pod {
+            Some(k) if self.least.get(&(d, class)) != Some(k) => false,
+            _ => self.least.remove(&(d, class)).is_some(),
+        }
+    }
+
+    /// Whether `class` has pods counted in `dom`.
+    pub fn has(&self, class: u16, dom: &Dom) -> bool {
         match dom {
-            Dom::Known(d) => self.domains.get(d)?.iter().find(|x| x.class == class),
-            Dom::Unknown(why) => self.unknown.get(&(class, why.clone())),
+            Dom::Known(d) => self.present(*d) & (1 << class) != 0,
+            Dom::Unknown(why) => self.unknown.contains_key(&(class, why.clone())),
+            _ => false,
+        }
+    }
+
+    /// The least pod of `class` in `dom`, where known.
+    pub fn least(&self, class: u16, dom: &Dom) -> Option<&ObjectKey> {
+        match dom {
+            Dom::Known(d) => self.least.get(&(*d, class)),
+            Dom::Unknown(why) => self.unknown.get(&(class, why.clone()))?.least.as_ref(),
             _ => None,
         }
     }
 
-    pub fn cell_mut(&mut self, class: u16, dom: &Dom) -> Option<&mut Cell> {
+    /// The build's number for the first pod of `class` in `dom`, if any.
+    pub fn first(&self, class: u16, dom: &Dom) -> Option<u32> {
+        let first = match dom {
+            Dom::Known(d) if self.has(class, dom) => self.slots[*d as usize * self.n + class as usize].first,
+            Dom::Unknown(why) => self.unknown.get(&(class, why.clone()))?.first,
+            _ => return None,
+        };
+        (first != NO_HINT).then_some(first)
+    }
+
+    /// Name `pod` the least of `class` in `dom`, if it has pods there and
+    /// names none yet.
+    pub fn name_least(&mut self, class: u16, dom: &Dom, pod: &ObjectKey) {
         match dom {
-            Dom::Known(d) => self.domains.get_mut(d)?.iter_mut().find(|x| x.class == class),
-            Dom::Unknown(why) => self.unknown.get_mut(&(class, why.clone())),
-            _ => None,
+            Dom::Known(d) if self.has(class, dom) => {
+                self.least.entry((*d, class)).or_insert_with(|| pod.clone());
+            }
+            Dom::Unknown(why) => {
+                if let Some(cell) = self.unknown.get_mut(&(class, why.clone())) {
+                    if cell.least.is_none() {
+                        cell.least = Some(pod.clone());
+                    }
+                }
+            }
+            _ => {}
         }
     }
 }

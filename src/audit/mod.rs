@@ -88,15 +88,15 @@ pub fn audit_cached(
 fn verdicts(state: &mut AuditState, selection: &Selection<'_>, snapshot: &Snapshot, hints: &Hints<'_>) -> Audit {
     let mut layers = Vec::new();
     for layer in Layer::ALL {
-        let pairs = match layer {
-            Layer::Process => process(state, selection, snapshot),
-            Layer::Node => state.layer_pairs(NODE, snapshot, hints),
-            Layer::Kernel => state.layer_pairs(KERNEL, snapshot, hints),
-            Layer::Zone => state.layer_pairs(ZONE, snapshot, hints),
-            Layer::Host => state.layer_pairs(HOST, snapshot, hints),
-            Layer::Database => database::pairs(selection.bulkhead, snapshot),
+        let status = match layer {
+            Layer::Process => layer_status(selection, layer, process(state, selection, snapshot)),
+            Layer::Node => state.layer_status(NODE, selection, snapshot, hints),
+            Layer::Kernel => state.layer_status(KERNEL, selection, snapshot, hints),
+            Layer::Zone => state.layer_status(ZONE, selection, snapshot, hints),
+            Layer::Host => state.layer_status(HOST, selection, snapshot, hints),
+            Layer::Database => layer_status(selection, layer, database::pairs(selection.bulkhead, snapshot)),
         };
-        layers.push(layer_status(selection, layer, pairs));
+        layers.push(status);
     }
     Audit { layers, unscheduled: state.unscheduled() }
 }
@@ -141,25 +141,34 @@ fn process(state: &mut AuditState, selection: &Selection<'_>, snapshot: &Snapsho
 }
 
 fn layer_status(selection: &Selection<'_>, layer: Layer, pairs: Vec<PairVerdict>) -> LayerStatus {
-    let state = if pairs.iter().any(|p| p.state == LayerState::Shared) {
-        LayerState::Shared
-    } else if pairs.iter().any(|p| p.state == LayerState::Unverified) {
-        LayerState::Unverified
-    } else {
-        LayerState::Separate
-    };
     LayerStatus {
         name: layer,
         required: selection.bulkhead.spec.layers.contains(&layer),
-        state,
+        state: layer_state(pairs.iter()),
         pairs: pairs
             .into_iter()
             .filter(|p| p.state != LayerState::Separate)
-            .map(|p| PairStatus {
-                classes: vec![selection.classes[p.a].spec.name.clone(), selection.classes[p.b].spec.name.clone()],
-                state: p.state,
-                evidence: p.evidence,
-            })
+            .map(|p| PairStatus { classes: class_names(selection, &p), state: p.state, evidence: p.evidence })
             .collect(),
     }
+}
+
+/// A layer is Shared if any pair shares it, else Unverified if any pair
+/// cannot tell, else Separate.
+fn layer_state<'a>(mut pairs: impl Iterator<Item = &'a PairVerdict> + Clone) -> LayerState {
+    if pairs.clone().any(|p| p.state == LayerState::Shared) {
+        LayerState::Shared
+    } else if pairs.any(|p| p.state == LayerState::Unverified) {
+        LayerState::Unverified
+    } else {
+        LayerState::Separate
+    }
+}
+
+fn pair_status(selection: &Selection<'_>, p: &PairVerdict) -> PairStatus {
+    PairStatus { classes: class_names(selection, p), state: p.state, evidence: p.evidence.clone() }
+}
+
+fn class_names(selection: &Selection<'_>, p: &PairVerdict) -> Vec<String> {
+    vec![selection.classes[p.a].spec.name.clone(), selection.classes[p.b].spec.name.clone()]
 }

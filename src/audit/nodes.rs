@@ -57,6 +57,11 @@ impl NodeTable {
         id
     }
 
+    /// The number of a node already numbered, by pointer when it can.
+    pub fn lookup(&self, name: &Arc<str>) -> Option<NodeId> {
+        self.by_ptr.get(&(name.as_ptr() as usize)).or_else(|| self.by_name.get(&**name)).copied()
+    }
+
     pub fn find(&self, name: &str) -> Option<NodeId> {
         self.by_name.get(name).copied()
     }

@@ -4,7 +4,7 @@
 //! controller keeps the state between reconciles, so a pod bound, moved or
 //! deleted costs a few map updates, not a pass over the cluster.
 
-use std::collections::BTreeMap;
+use std::collections::{btree_map, BTreeMap};
 
 use super::{
     classes::{classes_in, ClassSet, Classifier},
@@ -69,8 +69,7 @@ impl AuditState {
         // Namespaces in order, pods in order within each: every cell's first pod is its least.
         for ns in classes.all_namespaces() {
             let selectors = classes.selectors_of(ns);
-            let start = ObjectKey::new(ns, "");
-            for (key, pod) in snapshot.pods.range(start..).take_while(|(k, _)| k.namespace == ns) {
+            for (key, pod) in pods_in(snapshot, ns) {
                 let set = classes.classes_in_namespace(selectors, ns, pod);
                 if set != 0 {
                     counts.add(key, pod, set, snapshot, config, Some(&mut hints));
@@ -131,18 +130,14 @@ impl AuditState {
         let Some(namespaces) = self.classes.namespaces.get(class as usize) else { return };
         for ns in namespaces {
             let selectors = self.classes.selectors_of(ns);
-            for (key, pod) in snapshot.pods_in(ns) {
+            for (key, pod) in pods_in(snapshot, ns) {
                 if self.classes.classes_in_namespace(selectors, ns, pod) & (1 << class) == 0 {
                     continue;
                 }
-                let node = pod.node.as_ref().and_then(|n| self.counts.nodes.find(n));
+                let node = pod.node.as_ref().and_then(|n| self.counts.nodes.lookup(n));
                 let doms = self.counts.doms(key, pod, node, snapshot, &self.config);
                 for (i, dom) in doms.iter().enumerate() {
-                    if let Some(cell) = self.counts.layers[i].cell_mut(class, dom) {
-                        if cell.least.is_none() {
-                            cell.least = Some(key.clone());
-                        }
-                    }
+                    self.counts.layers[i].name_least(class, dom, key);
                 }
             }
         }
@@ -237,11 +232,7 @@ impl Counts {
         if new == old {
             return;
         }
-        let moved: Vec<(u16, u32)> = self.layers[NODE]
-            .domains
-            .get(&id)
-            .map(|cells| cells.iter().map(|c| (c.class, c.count)).collect())
-            .unwrap_or_default();
+        let moved: Vec<(u16, u32)> = self.layers[NODE].classes_at(id).collect();
         let mut layers = vec![(ZONE, by_label(id, &old, old.zone), by_label(id, &new, new.zone))];
         if config.host_label.is_some() {
             layers.push((HOST, by_label(id, &old, old.host), by_label(id, &new, new.host)));
@@ -264,6 +255,14 @@ impl Counts {
         }
         self.nodes.slots[id as usize] = new;
     }
+}
+
+/// The pods of one namespace, bounded by keys on both ends, so walking them
+/// reads no key (each key's strings are an allocation of their own).
+fn pods_in<'a>(snapshot: &'a Snapshot, namespace: &str) -> btree_map::Range<'a, ObjectKey, PodInfo> {
+    // No namespace name holds a NUL: every key of `namespace` sorts before this one.
+    let end = ObjectKey::new(format!("{namespace}\0"), "");
+    snapshot.pods.range(ObjectKey::new(namespace, "")..end)
 }
 
 /// Node and Kernel domains are nodes; Zone and Host domains are label values.

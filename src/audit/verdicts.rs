@@ -5,20 +5,36 @@
 //! event that only moves a count costs nothing here.
 
 use super::{
+    classes::{classes_in, ClassSet},
     domains::{dedup_keep_order, PairVerdict},
     layer::{Dom, Why},
+    layer_state, pair_status,
     state::{AuditState, Hints, KERNEL, NODE, ZONE},
     ZONE_LABEL,
 };
-use crate::{crd::LayerState, select::Source, snapshot::Snapshot};
+use crate::{
+    crd::{Layer, LayerState, LayerStatus},
+    select::{Selection, Source},
+    snapshot::Snapshot,
+};
+
+/// The counted layers, by their numbers in `state`.
+const COUNTED: [Layer; 4] = [Layer::Node, Layer::Kernel, Layer::Zone, Layer::Host];
 
 /// How much evidence a pair carries: enough to act on, not a dump.
 const MAX_EVIDENCE: usize = 3;
 
 impl AuditState {
-    /// Pairs of a counted layer (NODE, KERNEL, ZONE or HOST). Only pairs
-    /// whose inputs changed since the last call are worked out again.
-    pub fn layer_pairs(&mut self, layer: usize, snapshot: &Snapshot, hints: &Hints<'_>) -> Vec<PairVerdict> {
+    /// The status of a counted layer (NODE, KERNEL, ZONE or HOST). Only
+    /// pairs whose inputs changed since the last call are worked out again,
+    /// and only they are replaced in the status kept from the last call.
+    pub fn layer_status(
+        &mut self,
+        layer: usize,
+        selection: &Selection<'_>,
+        snapshot: &Snapshot,
+        hints: &Hints<'_>,
+    ) -> LayerStatus {
         let l = &self.counts.layers[layer];
         let n = l.classes();
         let stale: Vec<(usize, usize)> = (0..n)
@@ -28,8 +44,44 @@ impl AuditState {
         if !stale.is_empty() {
             self.work_out(layer, &stale, snapshot, hints);
         }
-        let l = &self.counts.layers[layer];
-        (0..n).flat_map(|a| (a + 1..n).map(move |b| a * n + b)).filter_map(|p| l.pair_cache[p].clone()).collect()
+        let l = &mut self.counts.layers[layer];
+        let Some((status, index)) = &mut l.status else {
+            let index: Vec<usize> = (0..n)
+                .flat_map(|a| (a + 1..n).map(move |b| a * n + b))
+                .filter(|&p| l.pair_cache[p].as_ref().is_some_and(|v| v.state != LayerState::Separate))
+                .collect();
+            let pairs = index.iter().filter_map(|&p| l.pair_cache[p].as_ref());
+            let status = LayerStatus {
+                name: COUNTED[layer],
+                required: selection.bulkhead.spec.layers.contains(&COUNTED[layer]),
+                state: layer_state(pairs.clone()),
+                pairs: pairs.map(|v| pair_status(selection, v)).collect(),
+            };
+            l.status = Some((status.clone(), index));
+            return status;
+        };
+        // Patch the kept status with the pairs worked out again: the rest
+        // of it did not change.
+        for &(a, b) in &stale {
+            let p = a * n + b;
+            let verdict = l.pair_cache[p].as_ref().filter(|v| v.state != LayerState::Separate);
+            match (index.binary_search(&p), verdict) {
+                (Ok(i), Some(v)) => status.pairs[i] = pair_status(selection, v),
+                (Ok(i), None) => {
+                    status.pairs.remove(i);
+                    index.remove(i);
+                }
+                (Err(i), Some(v)) => {
+                    status.pairs.insert(i, pair_status(selection, v));
+                    index.insert(i, p);
+                }
+                (Err(_), None) => {}
+            }
+        }
+        if !stale.is_empty() {
+            status.state = layer_state(index.iter().filter_map(|&p| l.pair_cache[p].as_ref()));
+        }
+        status.clone()
     }
 
     fn work_out(&mut self, layer: usize, stale: &[(usize, usize)], snapshot: &Snapshot, hints: &Hints<'_>) {
@@ -37,26 +89,35 @@ impl AuditState {
         let n = l.classes();
         // The first shared domains of each stale pair, walking domains in
         // name order until every one that shares has its evidence.
+        // Per class a, the classes b > a it still wants domains with; the
+        // classes wanting any.
         let mut wanted = vec![0usize; n * n];
+        let mut partners: Vec<ClassSet> = vec![0; n];
+        let mut askers: ClassSet = 0;
         let mut need = 0;
         for &(a, b) in stale {
             wanted[a * n + b] = (l.pair_domains[a * n + b] as usize).min(MAX_EVIDENCE);
-            need += usize::from(wanted[a * n + b] > 0);
+            if wanted[a * n + b] > 0 {
+                need += 1;
+                partners[a] |= 1 << b;
+                askers |= 1 << a;
+            }
         }
         let mut chosen: Vec<Vec<u32>> = vec![Vec::new(); n * n];
         for (_, d) in &l.shared {
             if need == 0 {
                 break;
             }
-            let Some(cells) = l.domains.get(d) else { continue };
-            for (x, a) in cells.iter().enumerate() {
-                for b in &cells[x + 1..] {
-                    let (a, b) = if a.class < b.class { (a.class, b.class) } else { (b.class, a.class) };
+            let here = l.present(*d);
+            for a in classes_in(here & askers) {
+                for b in classes_in(partners[a as usize] & here) {
                     let p = a as usize * n + b as usize;
-                    if chosen[p].len() < wanted[p] {
-                        chosen[p].push(*d);
-                        if chosen[p].len() == wanted[p] {
-                            need -= 1;
+                    chosen[p].push(*d);
+                    if chosen[p].len() == wanted[p] {
+                        need -= 1;
+                        partners[a as usize] &= !(1 << b);
+                        if partners[a as usize] == 0 {
+                            askers &= !(1 << a);
                         }
                     }
                 }
@@ -156,21 +217,16 @@ impl AuditState {
     /// from the build's hints, else found again (with every other cell of
     /// the class that lost track of its own) and kept.
     fn least(&mut self, layer: usize, class: u16, dom: &Dom, snapshot: &Snapshot, hints: &Hints<'_>) -> String {
-        let cell = self.counts.layers[layer].cell(class, dom);
-        if let Some(k) = cell.and_then(|c| c.least.as_ref()) {
+        let l = &self.counts.layers[layer];
+        if let Some(k) = l.least(class, dom) {
             return k.to_string();
         }
-        if let Some(k) = cell.and_then(|c| hints.get(c.first as usize)) {
-            let k = (*k).clone();
-            let text = k.to_string();
-            if let Some(cell) = self.counts.layers[layer].cell_mut(class, dom) {
-                cell.least = Some(k);
-            }
-            return text;
+        if let Some(&k) = l.first(class, dom).and_then(|f| hints.get(f as usize)) {
+            self.counts.layers[layer].name_least(class, dom, k);
+            return k.to_string();
         }
         self.find_least(class, snapshot);
-        let cell = self.counts.layers[layer].cell(class, dom);
-        cell.and_then(|c| c.least.as_ref()).map(ToString::to_string).unwrap_or_default()
+        self.counts.layers[layer].least(class, dom).map(ToString::to_string).unwrap_or_default()
     }
 
     /// Pairs of the Process layer: a pod of two classes is one process they share.
@@ -181,7 +237,7 @@ impl AuditState {
         let n = self.counts.process.members.len();
         let mut shared: Vec<Vec<String>> = vec![Vec::new(); n * n];
         for (pod, set) in &self.counts.process.multi {
-            let classes: Vec<usize> = super::classes::classes_in(*set).map(usize::from).collect();
+            let classes: Vec<usize> = classes_in(*set).map(usize::from).collect();
             for (x, &a) in classes.iter().enumerate() {
                 for &b in &classes[x + 1..] {
                     let slot = &mut shared[a * n + b];
