@@ -88,7 +88,7 @@ impl Cluster {
 }
 
 fn layer(bh: &Bulkhead, cluster: &Cluster, which: Layer) -> LayerStatus {
-    audit(bh, &cluster.0, &AuditConfig::default()).layers.into_iter().find(|l| l.name == which).expect("layer")
+    audit(bh, &cluster.0, &AuditConfig::default()).owned_layers().into_iter().find(|l| l.name == which).expect("layer")
 }
 
 #[test]
@@ -317,16 +317,16 @@ fn isolated_is_false_when_shared_unknown_when_unverified_true_when_separate() {
     c.pod("checkout-1", "checkout", Some("n-1"), None, None);
     c.pod("reports-1", "reports", Some("n-2"), None, None);
     let bh = two_classes("[Node, Zone]");
-    let cond = isolated_condition(&audit(&bh, &c.0, &AuditConfig::default()).layers, 2);
+    let cond = isolated_condition(&audit(&bh, &c.0, &AuditConfig::default()).owned_layers(), 2);
     assert_eq!((cond.status, cond.reason.as_str()), (Status::Unknown, "SharedLayerUnverified"));
     assert!(cond.message.contains("Zone unverified by checkout and reports"), "{}", cond.message);
 
     let bh = two_classes("[Node]");
-    let cond = isolated_condition(&audit(&bh, &c.0, &AuditConfig::default()).layers, 2);
+    let cond = isolated_condition(&audit(&bh, &c.0, &AuditConfig::default()).owned_layers(), 2);
     assert_eq!((cond.status, cond.reason.as_str()), (Status::True, "AllLayersSeparate"));
 
     c.pod("reports-2", "reports", Some("n-1"), None, None);
-    let cond = isolated_condition(&audit(&bh, &c.0, &AuditConfig::default()).layers, 2);
+    let cond = isolated_condition(&audit(&bh, &c.0, &AuditConfig::default()).owned_layers(), 2);
     assert_eq!((cond.status, cond.reason.as_str()), (Status::False, "SharedLayerDetected"));
     assert_eq!(cond.message, "Node shared by checkout and reports: node n-1 runs shop/checkout-1 and shop/reports-2");
 }
@@ -368,7 +368,7 @@ fn a_single_class_has_nothing_to_be_isolated_from_and_says_so() {
     let bh = bulkhead("  - {name: only, reserved: 10, pods: {podSelector: {matchLabels: {app: only}}}}\n", "[Node]");
     let a = audit(&bh, &Cluster::new().0, &AuditConfig::default());
     assert!(a.layers.iter().all(|l| l.pairs.is_empty()));
-    let cond = isolated_condition(&a.layers, 1);
+    let cond = isolated_condition(&a.owned_layers(), 1);
     assert_eq!(cond.status, Status::True);
     assert_eq!(cond.message, "only one class: there is nothing to isolate it from");
 }

@@ -122,7 +122,8 @@ pub struct LayerCounts {
     pub doubt_cache: Vec<Option<Vec<String>>>,
     /// The layer's status as last reported, with the pair (a·n + b) of
     /// each of its entries: patched pair by pair as verdicts change.
-    pub status: Option<(LayerStatus, Vec<usize>)>,
+    /// Shared with the `Audit`s handed out: patched in place when none holds it any more.
+    pub status: Option<(Arc<LayerStatus>, Vec<usize>)>,
 }
 
 impl LayerCounts {

@@ -14,6 +14,8 @@ mod verdicts;
 pub use database::host_of;
 pub use state::AuditState;
 
+use std::sync::Arc;
+
 use domains::PairVerdict;
 use state::{Hints, HOST, KERNEL, NODE, ZONE};
 
@@ -53,9 +55,18 @@ impl AuditConfig {
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Audit {
-    pub layers: Vec<LayerStatus>,
+    /// Shared with the kept `AuditState`, so that handing out the result of
+    /// an event costs nothing per pair; `owned_layers` copies them.
+    pub layers: Vec<Arc<LayerStatus>>,
     /// Pods of the classes not yet bound to a node (ignored by placement layers).
     pub unscheduled: usize,
+}
+
+impl Audit {
+    /// The layers as plain values (what a status holds).
+    pub fn owned_layers(&self) -> Vec<LayerStatus> {
+        self.layers.iter().map(|l| LayerStatus::clone(l)).collect()
+    }
 }
 
 /// The full audit: count every member pod once, then the verdicts.
@@ -89,12 +100,12 @@ fn verdicts(state: &mut AuditState, selection: &Selection<'_>, snapshot: &Snapsh
     let mut layers = Vec::new();
     for layer in Layer::ALL {
         let status = match layer {
-            Layer::Process => layer_status(selection, layer, process(state, selection, snapshot)),
+            Layer::Process => Arc::new(layer_status(selection, layer, process(state, selection, snapshot))),
             Layer::Node => state.layer_status(NODE, selection, snapshot, hints),
             Layer::Kernel => state.layer_status(KERNEL, selection, snapshot, hints),
             Layer::Zone => state.layer_status(ZONE, selection, snapshot, hints),
             Layer::Host => state.layer_status(HOST, selection, snapshot, hints),
-            Layer::Database => layer_status(selection, layer, database::pairs(selection.bulkhead, snapshot)),
+            Layer::Database => Arc::new(layer_status(selection, layer, database::pairs(selection.bulkhead, snapshot))),
         };
         layers.push(status);
     }

@@ -4,6 +4,8 @@
 //! Separate. Cached per layer until something they read changes, so an
 //! event that only moves a count costs nothing here.
 
+use std::sync::Arc;
+
 use super::{
     classes::{classes_in, ClassSet},
     domains::{dedup_keep_order, PairVerdict},
@@ -34,7 +36,7 @@ impl AuditState {
         selection: &Selection<'_>,
         snapshot: &Snapshot,
         hints: &Hints<'_>,
-    ) -> LayerStatus {
+    ) -> Arc<LayerStatus> {
         let l = &self.counts.layers[layer];
         let n = l.classes();
         let stale: Vec<(usize, usize)> = (0..n)
@@ -51,36 +53,39 @@ impl AuditState {
                 .filter(|&p| l.pair_cache[p].as_ref().is_some_and(|v| v.state != LayerState::Separate))
                 .collect();
             let pairs = index.iter().filter_map(|&p| l.pair_cache[p].as_ref());
-            let status = LayerStatus {
+            let status = Arc::new(LayerStatus {
                 name: COUNTED[layer],
                 required: selection.bulkhead.spec.layers.contains(&COUNTED[layer]),
                 state: layer_state(pairs.clone()),
                 pairs: pairs.map(|v| pair_status(selection, v)).collect(),
-            };
+            });
             l.status = Some((status.clone(), index));
             return status;
         };
+        if stale.is_empty() {
+            return status.clone();
+        }
         // Patch the kept status with the pairs worked out again: the rest
-        // of it did not change.
+        // of it did not change. It is copied first only if the last Audit
+        // handed out still holds it.
+        let patched = Arc::make_mut(status);
         for &(a, b) in &stale {
             let p = a * n + b;
             let verdict = l.pair_cache[p].as_ref().filter(|v| v.state != LayerState::Separate);
             match (index.binary_search(&p), verdict) {
-                (Ok(i), Some(v)) => status.pairs[i] = pair_status(selection, v),
+                (Ok(i), Some(v)) => patched.pairs[i] = pair_status(selection, v),
                 (Ok(i), None) => {
-                    status.pairs.remove(i);
+                    patched.pairs.remove(i);
                     index.remove(i);
                 }
                 (Err(i), Some(v)) => {
-                    status.pairs.insert(i, pair_status(selection, v));
+                    patched.pairs.insert(i, pair_status(selection, v));
                     index.insert(i, p);
                 }
                 (Err(_), None) => {}
             }
         }
-        if !stale.is_empty() {
-            status.state = layer_state(index.iter().filter_map(|&p| l.pair_cache[p].as_ref()));
-        }
+        patched.state = layer_state(index.iter().filter_map(|&p| l.pair_cache[p].as_ref()));
         status.clone()
     }
 

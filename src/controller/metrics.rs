@@ -149,7 +149,7 @@ impl Metrics {
         }
     }
 
-    pub fn record_layers(&self, bulkhead: &str, layers: &[LayerStatus]) {
+    pub fn record_layers<'a>(&self, bulkhead: &str, layers: impl IntoIterator<Item = &'a LayerStatus>) {
         for layer in layers {
             for state in [LayerState::Separate, LayerState::Shared, LayerState::Unverified] {
                 let labels = LayerLabels {

@@ -80,7 +80,7 @@ async fn reconcile_bulkhead(bulkhead: &Bulkhead, ctx: &Context) -> Result<Action
         ctx.metrics.evaluations_reused.inc();
     } else {
         if let Some(audit) = &evaluation.audit {
-            ctx.metrics.record_layers(&name, &audit.layers);
+            ctx.metrics.record_layers(&name, audit.layers.iter().map(|l| &**l));
         }
         ctx.metrics.record_plan(&name, &evaluation.plan.capacity);
     }

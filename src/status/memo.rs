@@ -59,6 +59,9 @@ pub fn evaluate_kept(
         memo.cursor = snapshot.journal.cursor();
         return (memo.evaluation.clone(), true);
     }
+    // Let go of the last evaluation first: the audit patches its kept layers
+    // in place only when no earlier result still holds them.
+    kept.memo = None;
     let evaluation = Arc::new(evaluate_cached(bulkhead, snapshot, config, &mut kept.audit));
     kept.memo = memo_of(bulkhead, snapshot, others, config, &evaluation);
     (evaluation, false)

@@ -59,7 +59,7 @@ pub fn build_status(
 ) -> BulkheadStatus {
     let generation = bulkhead.metadata.generation;
     let mut desired = desired_conditions(plan, outcome);
-    let mut layers = audit.map(|a| a.layers.clone()).unwrap_or_default();
+    let mut layers = audit.map(crate::audit::Audit::owned_layers).unwrap_or_default();
     if let Some(shards) = &plan.shards {
         let class_order: Vec<String> = bulkhead.spec.classes.iter().map(|c| c.name.clone()).collect();
         shard::annotate_node_layer(&mut layers, shards, &class_order);
