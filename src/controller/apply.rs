@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 use super::{metrics::Metrics, Error};
 use crate::{
     crd::{BULKHEAD_LABEL, FIELD_MANAGER},
-    plan::{placement_manager, proxy_manager, withdrawal_body, Change, NodeChange},
+    plan::{placement_manager, placement_marker, proxy_manager, proxy_marker, withdrawal_body, Change, NodeChange},
     snapshot::{ObjectKey, WorkloadKind},
 };
 
@@ -92,7 +92,7 @@ pub async fn apply_changes(
                 }
             }
             Change::WithdrawWorkload(kind, key) => {
-                withdraw(client, &placement_manager(bulkhead), *kind, key).await?;
+                withdraw(client, &placement_manager(bulkhead), &placement_marker(bulkhead), *kind, key).await?;
                 metrics.record_write(kind.as_str(), "withdraw");
             }
             Change::InjectProxy(p) => {
@@ -110,7 +110,7 @@ pub async fn apply_changes(
                 }
             }
             Change::WithdrawProxy(kind, key) => {
-                withdraw(client, &proxy_manager(bulkhead), *kind, key).await?;
+                withdraw(client, &proxy_manager(bulkhead), &proxy_marker(bulkhead), *kind, key).await?;
                 metrics.record_write(kind.as_str(), "withdraw");
             }
             Change::ApplyConfigMap(cm) => {
@@ -227,30 +227,64 @@ fn only_these_conflict(message: &str, allowed: &[String]) -> bool {
     !managers.is_empty() && managers.iter().all(|m| allowed.iter().any(|a| a == m))
 }
 
-/// An empty apply under a manager: the API server removes every field that
-/// manager applied and nobody else owns, and nothing more.
-async fn withdraw(client: &Client, manager: &str, kind: WorkloadKind, key: &ObjectKey) -> Result<(), Error> {
+/// Withdraw what a manager applied, in three steps, so that a crash part-way
+/// leaves the manager's marker annotation on the workload and the next run
+/// (which finds workloads by that marker) withdraws again: apply the marker
+/// alone (the API server removes every other field the manager applied and
+/// nobody else owns), remove the affinity parents that left empty, then an
+/// empty apply (the marker goes).
+async fn withdraw(
+    client: &Client,
+    manager: &str,
+    marker: &str,
+    kind: WorkloadKind,
+    key: &ObjectKey,
+) -> Result<(), Error> {
     let api = workload_api(client, kind, &key.namespace);
-    let params = PatchParams::apply(manager);
-    let written = |e| Error::write("withdraw (empty apply) from", kind.as_str(), key)(e);
+    let mut marked = withdrawal_body(kind, key);
+    marked["metadata"]["annotations"] = json!({marker: "withdrawing"});
+    let Some(current) = apply_withdrawal(&api, manager, kind, key, &marked).await? else { return Ok(()) };
+    remove_empty_parents(&api, kind, key, current).await?;
+    apply_withdrawal(&api, manager, kind, key, &withdrawal_body(kind, key)).await?;
+    Ok(())
+}
+
+/// One withdrawal apply; None when the workload is gone.
+async fn apply_withdrawal(
+    api: &Api<DynamicObject>,
+    manager: &str,
+    kind: WorkloadKind,
+    key: &ObjectKey,
+    body: &Value,
+) -> Result<Option<DynamicObject>, Error> {
     let read = |e| Error::read(kind.as_str(), key)(e);
-    let mut current = match api.patch(&key.name, &params, &Patch::Apply(&withdrawal_body(kind, key))).await {
-        Ok(after) => after,
-        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+    match api.patch(&key.name, &PatchParams::apply(manager), &Patch::Apply(body)).await {
+        Ok(after) => Ok(Some(after)),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
         // An apply to a workload deleted meanwhile is a create, which is
         // forbidden or invalid: the workload is gone, nothing to withdraw.
         Err(kube::Error::Api(s))
             if matches!(s.code, 403 | 422) && api.get_opt(&key.name).await.map_err(read)?.is_none() =>
         {
-            return Ok(())
+            Ok(None)
         }
-        Err(e) => return Err(written(e)),
-    };
-    // The API server can leave the emptied parents behind (`affinity:
-    // {nodeAffinity: {}}`), which would keep the template from being exactly
-    // what it was. Remove them, only while still empty: the patch carries the
-    // resourceVersion it was computed from, and is recomputed when the
-    // workload moved on (its controller updates status all the time).
+        Err(e) => Err(Error::write("withdraw (apply) from", kind.as_str(), key)(e)),
+    }
+}
+
+/// The API server can leave the emptied parents behind (`affinity:
+/// {nodeAffinity: {}}`), which would keep the template from being exactly
+/// what it was. Remove them, only while still empty: the patch carries the
+/// resourceVersion it was computed from, and is recomputed when the
+/// workload moved on (its controller updates status all the time).
+async fn remove_empty_parents(
+    api: &Api<DynamicObject>,
+    kind: WorkloadKind,
+    key: &ObjectKey,
+    mut current: DynamicObject,
+) -> Result<(), Error> {
+    let written = |e| Error::write("remove emptied affinity from", kind.as_str(), key)(e);
+    let read = |e| Error::read(kind.as_str(), key)(e);
     for _ in 0..CLEANUP_ATTEMPTS {
         let value = serde_json::to_value(&current).map_err(|source| Error::Serialize { what: "a workload", source })?;
         let Some(cleanup) = empty_affinity_cleanup(&value) else { return Ok(()) };

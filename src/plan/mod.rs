@@ -25,12 +25,14 @@ pub use capacity::{plan_capacity, CapacityPlan, ClassCapacity, Funding};
 pub use changes::{changes, teardown, Change};
 pub use nodes::{claim_key, merge_taints, ClassNodes, NodeChange, NodeGroupPlan, CLAIM_EFFECT};
 pub use placement::{
-    placement_manager, withdrawal_body, AmbiguousWorkload, PlacementPlan, WorkloadPlacement, YieldedWorkload,
+    placement_manager, placement_marker, withdrawal_body, AmbiguousWorkload, PlacementPlan, WorkloadPlacement,
+    YieldedWorkload,
 };
 pub use pool_config::config_map_name;
 pub use priority::{places_workloads, priority_class_name};
 pub use proxy::{
-    proxy_manager, ProxyInjection, ProxyPlan, DEFAULT_PROXY_IMAGE, PROXY_CONFIG_DIR, PROXY_CONTAINER, PROXY_VOLUME,
+    proxy_manager, proxy_marker, ProxyInjection, ProxyPlan, DEFAULT_PROXY_IMAGE, PROXY_CONFIG_DIR, PROXY_CONTAINER,
+    PROXY_VOLUME,
 };
 pub use quantity::nano_units;
 pub use quotas::{quota_name, QuotaCollision};

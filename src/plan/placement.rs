@@ -34,7 +34,8 @@ pub fn placement_manager(bulkhead: &str) -> String {
     format!("bulkhead-placement-{bulkhead}")
 }
 
-fn placement_annotation(bulkhead: &str) -> String {
+/// The annotation marking a workload as placed by `bulkhead`.
+pub fn placement_marker(bulkhead: &str) -> String {
     format!("{PLACEMENT_ANNOTATION_PREFIX}{bulkhead}")
 }
 
@@ -152,7 +153,7 @@ pub fn plan_placement(selection: &Selection<'_>, snapshot: &Snapshot, shards: Op
         let desired = desired_template(&name, &key, class, groups_exist, pinned, &namespaces);
         let body = apply_body(workload, &key, &class.name, &desired);
         let fingerprint = fingerprint(&body);
-        let body = with_annotation(body, &placement_annotation(&name), &fingerprint);
+        let body = with_annotation(body, &placement_marker(&name), &fingerprint);
         let up_to_date = workload.template_labels.get(&key) == Some(&class.name)
             && workload.placed_by.get(&name) == Some(&fingerprint)
             && carries(&workload.placement, &desired);

@@ -81,7 +81,7 @@ pub fn plan_proxy(selection: &Selection<'_>, snapshot: &Snapshot, config_map: Op
                 "spec": {"template": {"spec": {"containers": [container], "volumes": [volume]}}},
             });
             let fingerprint = fingerprint(&body);
-            let body = with_annotation(body, &annotation(name), &fingerprint);
+            let body = with_annotation(body, &proxy_marker(name), &fingerprint);
             let up_to_date = found.proxied_by.get(name) == Some(&fingerprint)
                 && found.containers.iter().any(|c| c == PROXY_CONTAINER)
                 && found.volumes.iter().any(|v| v == PROXY_VOLUME);
@@ -106,7 +106,8 @@ pub fn plan_proxy(selection: &Selection<'_>, snapshot: &Snapshot, config_map: Op
     ProxyPlan { requested: proxy.is_some(), withheld: false, injections, withdrawals }
 }
 
-fn annotation(bulkhead: &str) -> String {
+/// The annotation marking a workload as injected by `bulkhead`.
+pub fn proxy_marker(bulkhead: &str) -> String {
     format!("{PROXY_ANNOTATION_PREFIX}{bulkhead}")
 }
 
