@@ -193,9 +193,12 @@ pub fn check_database_url(url: &str) -> Result<(), String> {
     }
     if let Some(port) = port {
         let valid =
-            port.bytes().all(|b| b.is_ascii_digit()) && port.parse::<u32>().is_ok_and(|p| (1..=65535).contains(&p));
+            // No leading zero: the CRD's pattern refuses one, and both must agree.
+            port.bytes().all(|b| b.is_ascii_digit())
+                && !port.starts_with('0')
+                && port.parse::<u32>().is_ok_and(|p| (1..=65535).contains(&p));
         if !valid {
-            return Err(format!("has port {port:?}, not a number from 1 to 65535"));
+            return Err(format!("has port {port:?}, not a number from 1 to 65535 (without leading zeros)"));
         }
     }
     Ok(())
@@ -223,6 +226,7 @@ mod tests {
             "postgres://:5432/x",
             "pg://db:0",
             "pg://db:65536",
+            "pg://db:01",
             "pg://db:x",
             "pg://a b",
             "1pg://db",
