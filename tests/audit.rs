@@ -372,3 +372,67 @@ fn a_single_class_has_nothing_to_be_isolated_from_and_says_so() {
     assert_eq!(cond.status, Status::True);
     assert_eq!(cond.message, "only one class: there is nothing to isolate it from");
 }
+
+#[test]
+fn a_status_lists_a_bounded_number_of_pairs_shared_first_and_counts_the_rest() {
+    use bulkhead::crd::MAX_PAIRS_LISTED;
+    use bulkhead::status::{evaluate, ApplyOutcome, Config};
+    // 20 classes on two nodes: every pair shares a node or the zone.
+    let classes: String = (0..20)
+        .map(|i| format!("  - {{name: c{i}, reserved: 1, pods: {{podSelector: {{matchLabels: {{app: a{i}}}}}}}}}\n"))
+        .collect();
+    let bh = bulkhead(&classes, "[Node]");
+    let mut c = Cluster::new();
+    c.node("n-1", &[("topology.kubernetes.io/zone", "z")]).node("n-2", &[("topology.kubernetes.io/zone", "z")]);
+    // c0 and c1 share n-1; the other 18 classes all share n-2.
+    c.pod("p0", "a0", Some("n-1"), None, None).pod("p1", "a1", Some("n-1"), None, None);
+    for i in 2..20 {
+        c.pod(&format!("p{i}"), &format!("a{i}"), Some("n-2"), None, None);
+    }
+    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        jiff::Timestamp::from_second(1_700_000_000).expect("time"),
+    );
+    let status = evaluate(&bh, &c.0, &Config::default()).status(&bh, &ApplyOutcome::NotApplied, &now);
+    let node = status.layers.iter().find(|l| l.name == Layer::Node).expect("node layer");
+    // 1 pair on n-1, 153 on n-2: 154 shared pairs, 10 listed.
+    assert_eq!(node.state, LayerState::Shared);
+    assert_eq!(node.pairs.len(), MAX_PAIRS_LISTED);
+    assert_eq!(node.unlisted_pairs as usize, 1 + 18 * 17 / 2 - MAX_PAIRS_LISTED);
+    assert!(node.pairs.iter().all(|p| p.state == LayerState::Shared));
+    // Zone: 190 pairs, all Shared.
+    let zone = status.layers.iter().find(|l| l.name == Layer::Zone).expect("zone layer");
+    assert_eq!((zone.pairs.len(), zone.unlisted_pairs), (MAX_PAIRS_LISTED, 190 - MAX_PAIRS_LISTED as u32));
+    // The condition read every pair, not just the listed ones.
+    let isolated = status.conditions.iter().find(|c| c.type_ == "Isolated").expect("Isolated");
+    assert_eq!(isolated.status, "False");
+    // Bounded: the whole status stays small (it was ~64 KB for 20 classes listing every pair).
+    let size = serde_json::to_string(&status).expect("json").len();
+    assert!(size < 16_000, "status of 20 classes is {size} bytes");
+    // Few pairs are listed as they are.
+    let two = two_classes("[Node]");
+    let mut small = Cluster::new();
+    small.node("n-1", &[]);
+    small.pod("c", "checkout", Some("n-1"), None, None).pod("r", "reports", Some("n-1"), None, None);
+    let s = evaluate(&two, &small.0, &Config::default()).status(&two, &ApplyOutcome::NotApplied, &now);
+    let node = s.layers.iter().find(|l| l.name == Layer::Node).expect("node layer");
+    assert_eq!((node.pairs.len(), node.unlisted_pairs), (1, 0));
+}
+
+#[test]
+fn bounding_lists_shared_pairs_before_unverified_ones() {
+    use bulkhead::crd::{PairStatus, MAX_PAIRS_LISTED};
+    let pair =
+        |i: usize, state| PairStatus { classes: vec![format!("a{i}"), format!("b{i}")], state, evidence: vec![] };
+    let pairs: Vec<PairStatus> =
+        (0..30).map(|i| pair(i, if i % 3 == 0 { LayerState::Shared } else { LayerState::Unverified })).collect();
+    let mut layer =
+        LayerStatus { name: Layer::Host, required: false, state: LayerState::Shared, pairs, unlisted_pairs: 0 };
+    layer.bound_pairs();
+    let listed: Vec<(&str, LayerState)> = layer.pairs.iter().map(|p| (p.classes[0].as_str(), p.state)).collect();
+    // The 10 Shared pairs (0, 3, … 27) in their order, then nothing else fits.
+    assert_eq!(listed.len(), MAX_PAIRS_LISTED);
+    assert!(listed.iter().all(|(_, s)| *s == LayerState::Shared));
+    assert_eq!(listed[0].0, "a0");
+    assert_eq!(listed[9].0, "a27");
+    assert_eq!(layer.unlisted_pairs, 20);
+}

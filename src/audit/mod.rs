@@ -161,6 +161,7 @@ fn layer_status(selection: &Selection<'_>, layer: Layer, pairs: Vec<PairVerdict>
             .filter(|p| p.state != LayerState::Separate)
             .map(|p| PairStatus { classes: class_names(selection, &p), state: p.state, evidence: p.evidence })
             .collect(),
+        unlisted_pairs: 0,
     }
 }
 

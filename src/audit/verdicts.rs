@@ -58,6 +58,7 @@ impl AuditState {
                 required: selection.bulkhead.spec.layers.contains(&COUNTED[layer]),
                 state: layer_state(pairs.clone()),
                 pairs: pairs.map(|v| pair_status(selection, v)).collect(),
+                unlisted_pairs: 0,
             });
             l.status = Some((status.clone(), index));
             return status;

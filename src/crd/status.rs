@@ -93,9 +93,38 @@ pub struct LayerStatus {
     pub required: bool,
     /// Separate, Shared or Unverified.
     pub state: LayerState,
-    /// Pairs of classes that are not Separate, with evidence.
+    /// Pairs of classes that are not Separate, with evidence: at most
+    /// `MAX_PAIRS_LISTED`, Shared first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pairs: Vec<PairStatus>,
+    /// Pairs that are not Separate beyond those listed. The status lists a
+    /// bounded number per layer so that it stays small (etcd holds an object
+    /// of at most 1.5 MiB) whatever the number of classes; `state` and the
+    /// Isolated condition count every pair.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unlisted_pairs: u32,
+}
+
+/// Pairs a status lists per layer (see `LayerStatus::unlisted_pairs`).
+pub const MAX_PAIRS_LISTED: usize = 10;
+
+impl LayerStatus {
+    /// List at most `MAX_PAIRS_LISTED` pairs, Shared before Unverified (each
+    /// in its own order), and count the rest.
+    pub fn bound_pairs(&mut self) {
+        if self.pairs.len() <= MAX_PAIRS_LISTED {
+            return;
+        }
+        self.pairs.sort_by_key(|p| p.state != LayerState::Shared);
+        let unlisted = self.pairs.len() - MAX_PAIRS_LISTED;
+        self.pairs.truncate(MAX_PAIRS_LISTED);
+        self.unlisted_pairs = self.unlisted_pairs.saturating_add(u32::try_from(unlisted).unwrap_or(u32::MAX));
+    }
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// Whether two classes share a layer, as far as the API can tell.

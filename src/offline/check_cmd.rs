@@ -64,9 +64,9 @@ pub fn check_report(evaluations: &[Evaluated], strict: bool) -> CheckReport {
                     pair.evidence.join("; ")
                 ));
             }
-            if layer.pairs.len() > MAX_PAIRS_SHOWN {
-                summary
-                    .push(format!("    … and {} more pairs (see status.layers)", layer.pairs.len() - MAX_PAIRS_SHOWN));
+            let more = layer.pairs.len().saturating_sub(MAX_PAIRS_SHOWN) + layer.unlisted_pairs as usize;
+            if more > 0 {
+                summary.push(format!("    … and {more} more pairs"));
             }
             if layer.required && layer.state != LayerState::Separate {
                 summary.push(format!("    next: {}", advice(layer.name, layer.state)));

@@ -68,6 +68,10 @@ pub fn build_status(
     if audit.is_some() {
         desired.push(isolated_condition(&layers, bulkhead.spec.classes.len()));
     }
+    // The condition above read every pair; the status lists a bounded number.
+    for layer in &mut layers {
+        layer.bound_pairs();
+    }
     let previous_conditions = previous.map(|s| s.conditions.as_slice()).unwrap_or_default();
     let cap = &plan.capacity;
     BulkheadStatus {
