@@ -3,9 +3,10 @@
 //! The controller re-evaluates every Bulkhead on every snapshot change, and
 //! in a busy cluster almost every change is a pod event in a namespace the
 //! Bulkhead never reads. Its last evaluation is reused, unchanged, only when:
-//! - the Bulkhead object is the same one (its resourceVersion: spec, status
-//!   and metadata alike; the plan reads the previous shards from the status),
-//!   and so is the operator's configuration;
+//! - what the plan reads of the Bulkhead object is the same: its name, uid,
+//!   spec, and the shards its status records (the plan keeps them). Its own
+//!   status writes change nothing else it reads, so the reconcile they
+//!   trigger reuses the evaluation. The operator's configuration is the same;
 //! - nothing but pods changed in the snapshot (`others`, the caller's count
 //!   of every other change, Bulkheads' creation times included, is the same);
 //! - every pod that changed (the snapshot's journal since then, which holds
@@ -21,7 +22,7 @@ use std::{collections::BTreeSet, sync::Arc};
 use super::{evaluate_cached, Config, Evaluation};
 use crate::{
     audit::AuditState,
-    crd::Bulkhead,
+    crd::{Bulkhead, BulkheadSpec},
     select::Selection,
     snapshot::{Cursor, Delta, Snapshot},
 };
@@ -36,7 +37,7 @@ pub struct Kept {
 
 struct Memo {
     evaluation: Arc<Evaluation>,
-    resource_version: String,
+    read: BulkheadRead,
     config: Config,
     others: u64,
     /// The journal position the evaluation is known to hold up to.
@@ -69,10 +70,7 @@ pub fn evaluate_kept(
 
 impl Memo {
     fn holds(&self, bulkhead: &Bulkhead, snapshot: &Snapshot, others: u64, config: &Config) -> bool {
-        if bulkhead.metadata.resource_version.as_deref() != Some(self.resource_version.as_str())
-            || self.others != others
-            || &self.config != config
-        {
+        if !self.read.same_as(bulkhead) || self.others != others || &self.config != config {
             return false;
         }
         let Some(mut deltas) = snapshot.journal.since(self.cursor) else { return false };
@@ -90,18 +88,50 @@ fn memo_of(
     config: &Config,
     evaluation: &Arc<Evaluation>,
 ) -> Option<Memo> {
-    let resource_version = bulkhead.metadata.resource_version.clone()?;
     if bulkhead.spec.classes.iter().any(|c| !c.databases.is_empty()) {
         return None;
     }
     Some(Memo {
         evaluation: evaluation.clone(),
-        resource_version,
+        read: BulkheadRead::of(bulkhead),
         config: config.clone(),
         others,
         cursor: snapshot.journal.cursor(),
         pod_namespaces: pod_namespaces(&Selection::parse(bulkhead), snapshot),
     })
+}
+
+/// What an evaluation reads of the Bulkhead object itself.
+#[derive(PartialEq)]
+struct BulkheadRead {
+    name: Option<String>,
+    uid: Option<String>,
+    spec: BulkheadSpec,
+    /// Each class's shard as the status records it (`plan::shard` keeps them).
+    shards: Vec<(String, Vec<String>)>,
+}
+
+impl BulkheadRead {
+    fn of(bulkhead: &Bulkhead) -> Self {
+        Self {
+            name: bulkhead.metadata.name.clone(),
+            uid: bulkhead.metadata.uid.clone(),
+            spec: bulkhead.spec.clone(),
+            shards: shards(bulkhead).map(|(c, s)| (c.to_string(), s.to_vec())).collect(),
+        }
+    }
+
+    /// Compared in place: no copy of the Bulkhead is made to tell.
+    fn same_as(&self, bulkhead: &Bulkhead) -> bool {
+        self.name == bulkhead.metadata.name
+            && self.uid == bulkhead.metadata.uid
+            && self.spec == bulkhead.spec
+            && self.shards.iter().map(|(c, s)| (c.as_str(), s.as_slice())).eq(shards(bulkhead))
+    }
+}
+
+fn shards(bulkhead: &Bulkhead) -> impl Iterator<Item = (&str, &[String])> {
+    bulkhead.status.iter().flat_map(|s| &s.classes).map(|c| (c.name.as_str(), c.shard.as_slice()))
 }
 
 /// Every namespace whose pods a class (by its selectors) or spec.workload

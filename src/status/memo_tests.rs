@@ -9,7 +9,7 @@ use proptest::prelude::*;
 
 use super::{evaluate_kept, Kept};
 use crate::{
-    crd::Bulkhead,
+    crd::{Bulkhead, BulkheadStatus, ClassStatus},
     snapshot::{NodeInfo, ObjectKey, PodInfo, Snapshot},
     status::{evaluate, ApplyOutcome, Config, Evaluation},
 };
@@ -184,13 +184,27 @@ fn only_changes_outside_what_the_bulkhead_reads_reuse_its_evaluation() {
         (Event::Node { n: 3, zone: 0 }, false, "a node relabelled"),
         (Event::Batch(true), false, "y now selected by class c"),
         (Event::Pod { id: 1, ns: 3, node: Some(2) }, false, "a pod in y, now read"),
-        (Event::Bulkhead { zone: false }, false, "a new version of the Bulkhead"),
+        (Event::Bulkhead { zone: false }, true, "a new version of the Bulkhead, same spec (its status written)"),
+        (Event::Bulkhead { zone: true }, false, "the spec changed"),
     ];
     for (event, reuse, what) in cases {
         cluster.apply(&event);
         assert_eq!(cluster.kept(&mut kept).1, reuse, "{what}");
         assert!(cluster.kept(&mut kept).1, "{what}, then nothing");
     }
+}
+
+#[test]
+fn a_shard_recorded_in_the_status_is_read_again() {
+    let mut cluster = Cluster::new();
+    let mut kept = Kept::default();
+    cluster.kept(&mut kept);
+    let class = ClassStatus { name: "a".to_string(), shard: vec!["n-1".to_string()], ..ClassStatus::default() };
+    cluster.bulkhead.status = Some(BulkheadStatus { classes: vec![class], ..BulkheadStatus::default() });
+    assert!(!cluster.kept(&mut kept).1, "the plan keeps the shards the status records");
+    assert!(cluster.kept(&mut kept).1, "then nothing changed");
+    cluster.bulkhead.metadata.uid = Some("u-2".to_string());
+    assert!(!cluster.kept(&mut kept).1, "another object of the same name");
 }
 
 #[test]
