@@ -23,6 +23,11 @@ impl AuditCache {
         }
     }
 
+    /// Work on a Bulkhead's state in place; None when it has none.
+    pub fn with<R>(&self, bulkhead: &str, f: impl FnOnce(&mut Kept) -> R) -> Option<R> {
+        self.0.lock().ok().and_then(|mut kept| kept.get_mut(bulkhead).map(f))
+    }
+
     pub fn forget(&self, bulkhead: &str) {
         if let Ok(mut kept) = self.0.lock() {
             kept.remove(bulkhead);

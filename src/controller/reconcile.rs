@@ -92,9 +92,16 @@ async fn reconcile_bulkhead(bulkhead: &Bulkhead, ctx: &Context) -> Result<Action
         // its new taint list, without reporting a failure.
         Executed::Replan => return Ok(Action::requeue(Duration::from_millis(200))),
     };
-    let status = evaluation.status(bulkhead, &outcome, &now());
-    ctx.metrics.record_conditions(&name, &status.conditions);
-    report(ctx, bulkhead, &status).await?;
+    // Most reconciles under churn change nothing of this Bulkhead: skip
+    // building a status already known to be in place.
+    let in_place = reused && ctx.audits.with(&name, |k| k.reported_already(bulkhead, &outcome)) == Some(true);
+    if !in_place {
+        let status = evaluation.status(bulkhead, &outcome, &now());
+        ctx.metrics.record_conditions(&name, &status.conditions);
+        if report(ctx, bulkhead, &status).await? == Reported::AlreadyInPlace {
+            ctx.audits.with(&name, |k| k.note_reported(bulkhead, &outcome));
+        }
+    }
     match apply_error {
         Some(e) => Err(e),
         None => Ok(Action::requeue(RESYNC)),
@@ -151,16 +158,22 @@ async fn execute(ctx: &Context, bulkhead: &Bulkhead, name: &str, evaluation: &Ev
     })
 }
 
+#[derive(PartialEq)]
+enum Reported {
+    AlreadyInPlace,
+    Written,
+}
+
 /// Patch the status only when it changed, and announce what flipped.
-async fn report(ctx: &Context, bulkhead: &Bulkhead, status: &BulkheadStatus) -> Result<(), Error> {
+async fn report(ctx: &Context, bulkhead: &Bulkhead, status: &BulkheadStatus) -> Result<Reported, Error> {
     let previous = bulkhead.status.as_ref();
     if previous == Some(status) {
-        return Ok(());
+        return Ok(Reported::AlreadyInPlace);
     }
     patch_status(ctx, &bulkhead.name_any(), status).await?;
     events::announce_flips(ctx, bulkhead, previous, status).await;
     events::announce_layers(ctx, bulkhead, previous, status).await;
-    Ok(())
+    Ok(Reported::Written)
 }
 
 /// A Bulkhead the operator's types cannot read: say so on the object itself,

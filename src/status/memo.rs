@@ -19,7 +19,7 @@
 
 use std::{collections::BTreeSet, sync::Arc};
 
-use super::{evaluate_cached, Config, Evaluation};
+use super::{evaluate_cached, ApplyOutcome, Config, Evaluation};
 use crate::{
     audit::AuditState,
     crd::{Bulkhead, BulkheadSpec},
@@ -33,6 +33,41 @@ pub struct Kept {
     /// The audit's counts (see `audit::audit_cached`).
     pub audit: Option<AuditState>,
     memo: Option<Memo>,
+    /// Fresh evaluations so far: tells one evaluation from the next.
+    evaluations: u64,
+    reported: Option<Reported>,
+}
+
+/// A status found already in place: built from evaluation number
+/// `evaluation` with `outcome`, it equalled what the Bulkhead object at
+/// `resource_version` holds. While all three stay the same, building it again
+/// would give the same status (the time of day enters only a condition that
+/// flips), so a reconcile need not build or compare it.
+struct Reported {
+    evaluation: u64,
+    resource_version: String,
+    outcome: ApplyOutcome,
+}
+
+impl Kept {
+    /// True when the status of the current evaluation with `outcome` is
+    /// known to be the one `bulkhead` holds.
+    pub fn reported_already(&self, bulkhead: &Bulkhead, outcome: &ApplyOutcome) -> bool {
+        self.reported.as_ref().is_some_and(|r| {
+            r.evaluation == self.evaluations
+                && bulkhead.metadata.resource_version.as_deref() == Some(r.resource_version.as_str())
+                && &r.outcome == outcome
+        })
+    }
+
+    /// Record that the status of the current evaluation with `outcome` is the one `bulkhead` holds.
+    pub fn note_reported(&mut self, bulkhead: &Bulkhead, outcome: &ApplyOutcome) {
+        self.reported = bulkhead.metadata.resource_version.clone().map(|resource_version| Reported {
+            evaluation: self.evaluations,
+            resource_version,
+            outcome: outcome.clone(),
+        });
+    }
 }
 
 struct Memo {
@@ -63,6 +98,7 @@ pub fn evaluate_kept(
     // Let go of the last evaluation first: the audit patches its kept layers
     // in place only when no earlier result still holds them.
     kept.memo = None;
+    kept.evaluations += 1;
     let evaluation = Arc::new(evaluate_cached(bulkhead, snapshot, config, &mut kept.audit));
     kept.memo = memo_of(bulkhead, snapshot, others, config, &evaluation);
     (evaluation, false)

@@ -225,3 +225,29 @@ fn a_relisted_pod_watch_is_evaluated_again() {
     cluster.snapshot.reset::<k8s_openapi::api::core::v1::Pod>(BTreeMap::new());
     assert!(!cluster.kept(&mut kept).1, "a relist starts a new journal epoch");
 }
+
+#[test]
+fn a_status_found_in_place_is_known_only_for_the_same_evaluation_object_and_outcome() {
+    let mut cluster = Cluster::new();
+    let mut kept = Kept::default();
+    let outcome = ApplyOutcome::NotApplied;
+    cluster.kept(&mut kept);
+    assert!(!kept.reported_already(&cluster.bulkhead, &outcome), "nothing noted yet");
+    kept.note_reported(&cluster.bulkhead, &outcome);
+    assert!(kept.reported_already(&cluster.bulkhead, &outcome));
+    let failed = ApplyOutcome::Failed("boom".to_string());
+    assert!(!kept.reported_already(&cluster.bulkhead, &failed), "another outcome");
+    // A pod nobody reads: the evaluation is reused, so the status still holds.
+    cluster.apply(&Event::Pod { id: 0, ns: 2, node: Some(1) });
+    assert!(cluster.kept(&mut kept).1);
+    assert!(kept.reported_already(&cluster.bulkhead, &outcome));
+    // A new object version (someone wrote its status): compare again.
+    cluster.apply(&Event::Bulkhead { zone: false });
+    assert!(cluster.kept(&mut kept).1, "same spec: the evaluation is reused");
+    assert!(!kept.reported_already(&cluster.bulkhead, &outcome), "but the status must be built and compared");
+    kept.note_reported(&cluster.bulkhead, &outcome);
+    // A pod a class reads: a fresh evaluation, so build again.
+    cluster.apply(&Event::Pod { id: 1, ns: 0, node: Some(0) });
+    assert!(!cluster.kept(&mut kept).1);
+    assert!(!kept.reported_already(&cluster.bulkhead, &outcome));
+}
