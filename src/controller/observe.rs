@@ -149,6 +149,13 @@ fn spawn_seniority(api: Api<PartialObjectMeta<Bulkhead>>, shared: Arc<SharedSnap
                     continue;
                 }
             };
+            // Most events are status writes, which change nothing here: do
+            // not hold every reconcile up on the write lock for them.
+            if let watcher::Event::Apply(obj) = &event {
+                if shared.snapshot.read().await.seniority.holds(&obj.metadata) {
+                    continue;
+                }
+            }
             let mut snapshot = shared.snapshot.write().await;
             let changed = match event {
                 watcher::Event::Init => {

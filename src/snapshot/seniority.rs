@@ -20,6 +20,12 @@ impl Seniority {
         self.0.insert(name, created) != Some(created)
     }
 
+    /// Whether `insert` would change nothing (a status write, say).
+    pub fn holds(&self, meta: &ObjectMeta) -> bool {
+        let created = meta.creation_timestamp.as_ref().map(|t| t.0);
+        meta.name.as_ref().is_some_and(|name| self.0.get(name) == Some(&created))
+    }
+
     /// Forget a deleted Bulkhead; true when it was known.
     pub fn remove(&mut self, name: &str) -> bool {
         self.0.remove(name).is_some()
@@ -66,6 +72,7 @@ mod tests {
         let mut s = Seniority::default();
         assert!(s.insert(&meta("zeta", Some(100))));
         assert!(!s.insert(&meta("zeta", Some(100))), "an unchanged Bulkhead changes nothing");
+        assert!(s.holds(&meta("zeta", Some(100))) && !s.holds(&meta("zeta", Some(101))) && !s.holds(&meta("new", None)));
         s.insert(&meta("alpha", Some(200)));
         s.insert(&meta("beta", Some(200)));
         s.insert(&meta("files", None));
