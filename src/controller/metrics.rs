@@ -60,6 +60,8 @@ pub struct Metrics {
     pub reconciles: Counter,
     /// Reconciles that reused the last evaluation (nothing it read changed).
     pub evaluations_reused: Counter,
+    /// Reconciles that reused the last plan and ran only the audit again.
+    pub plans_reused: Counter,
     pub errors: Family<ErrorLabels, Counter>,
     pub duration: Histogram,
     pub writes: Family<WriteLabels, Counter>,
@@ -74,6 +76,7 @@ impl Default for Metrics {
         let mut registry = Registry::with_prefix("bulkhead");
         let reconciles = Counter::default();
         let evaluations_reused = Counter::default();
+        let plans_reused = Counter::default();
         let errors = Family::<ErrorLabels, Counter>::default();
         let duration = Histogram::new([0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0]);
         let writes = Family::<WriteLabels, Counter>::default();
@@ -86,6 +89,12 @@ impl Default for Metrics {
             "evaluations_reused",
             "Reconciles that reused the Bulkhead's last evaluation: nothing it reads had changed",
             evaluations_reused.clone(),
+        );
+        registry.register(
+            "plans_reused",
+            "Reconciles that reused the Bulkhead's last plan and ran only the audit again: only pods changed, \
+             and the plan had read none",
+            plans_reused.clone(),
         );
         registry.register("reconcile_errors", "Reconciles that failed, by error kind", errors.clone());
         registry.register_with_unit(
@@ -113,6 +122,7 @@ impl Default for Metrics {
             condition_types: Default::default(),
             reconciles,
             evaluations_reused,
+            plans_reused,
             errors,
             duration,
             writes,

@@ -29,7 +29,8 @@ use crate::{
     plan::Change,
     snapshot::ObjectKey,
     status::{
-        evaluate_kept, merge_conditions, reason, ApplyOutcome, ConditionStatus, DesiredCondition, Evaluation, READY,
+        evaluate_kept, merge_conditions, reason, ApplyOutcome, ConditionStatus, DesiredCondition, Evaluation, Reused,
+        READY,
     },
 };
 
@@ -76,7 +77,10 @@ async fn reconcile_bulkhead(bulkhead: &Bulkhead, ctx: &Context) -> Result<Action
         evaluate_kept(bulkhead, &snapshot, others, &ctx.config, &mut kept)
     };
     ctx.audits.put(&name, kept);
-    if reused {
+    if reused == Reused::Plan {
+        ctx.metrics.plans_reused.inc();
+    }
+    if reused == Reused::Evaluation {
         ctx.metrics.evaluations_reused.inc();
     } else {
         if let Some(audit) = &evaluation.audit {
@@ -94,7 +98,8 @@ async fn reconcile_bulkhead(bulkhead: &Bulkhead, ctx: &Context) -> Result<Action
     };
     // Most reconciles under churn change nothing of this Bulkhead: skip
     // building a status already known to be in place.
-    let in_place = reused && ctx.audits.with(&name, |k| k.reported_already(bulkhead, &outcome)) == Some(true);
+    let in_place = reused == Reused::Evaluation
+        && ctx.audits.with(&name, |k| k.reported_already(bulkhead, &outcome)) == Some(true);
     if !in_place {
         let status = evaluation.status(bulkhead, &outcome, &now());
         ctx.metrics.record_conditions(&name, &status.conditions);

@@ -91,6 +91,11 @@ impl Default for PlanConfig {
 }
 
 impl Plan {
+    /// Whether the plan read any pod (see `NodeGroupPlan::read_pods`).
+    pub fn read_pods(&self) -> bool {
+        self.node_groups.read_pods
+    }
+
     pub fn is_valid(&self) -> bool {
         self.errors.is_empty()
     }

@@ -62,6 +62,10 @@ pub struct NodeGroupPlan {
     /// Classes with a node group, in spec order.
     pub classes: Vec<ClassNodes>,
     pub changes: Vec<NodeChange>,
+    /// Whether planning read pods (to rank nodes for a missing claim): the
+    /// only part of a plan that does, so a plan that did not holds while
+    /// only pods change.
+    pub read_pods: bool,
 }
 
 impl NodeGroupPlan {
@@ -205,7 +209,7 @@ pub fn plan_node_groups(selection: &Selection<'_>, snapshot: &Snapshot) -> NodeG
         .values()
         .filter_map(|node| node_change(node, &key, held.get(node.name.as_str()).copied()))
         .collect();
-    NodeGroupPlan { classes, changes }
+    NodeGroupPlan { classes, changes, read_pods: missing }
 }
 
 /// Classes whose pods (by the classes' selectors, as the audit places them) run on each node.

@@ -72,7 +72,9 @@ mod tests {
         let mut s = Seniority::default();
         assert!(s.insert(&meta("zeta", Some(100))));
         assert!(!s.insert(&meta("zeta", Some(100))), "an unchanged Bulkhead changes nothing");
-        assert!(s.holds(&meta("zeta", Some(100))) && !s.holds(&meta("zeta", Some(101))) && !s.holds(&meta("new", None)));
+        assert!(
+            s.holds(&meta("zeta", Some(100))) && !s.holds(&meta("zeta", Some(101))) && !s.holds(&meta("new", None))
+        );
         s.insert(&meta("alpha", Some(200)));
         s.insert(&meta("beta", Some(200)));
         s.insert(&meta("files", None));

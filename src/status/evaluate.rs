@@ -50,6 +50,21 @@ pub fn evaluate_cached(
     Evaluation { plan, changes, audit }
 }
 
+/// As `evaluate_cached` after a change of pods only, given the evaluation
+/// from before it, whose plan read no pod (`Plan::read_pods`): the plan and
+/// its changes still hold, and only the audit (which reads pods) runs again.
+pub fn reaudit(
+    previous: Evaluation,
+    bulkhead: &Bulkhead,
+    snapshot: &Snapshot,
+    config: &Config,
+    kept: &mut Option<AuditState>,
+) -> Evaluation {
+    let Evaluation { plan, changes, audit: _ } = previous;
+    let audit = plan.is_valid().then(|| audit_cached(kept, &Selection::parse(bulkhead), snapshot, &config.audit));
+    Evaluation { plan, changes, audit }
+}
+
 impl Evaluation {
     /// The status to report once the changes were applied (or not), keeping
     /// transition times from the Bulkhead's current status.

@@ -16,10 +16,15 @@
 //!   (`select::members`, the audit's classifier);
 //! - it names no database: the Database layer looks pods up cluster-wide (by
 //!   IP, by a Service's selector), so any pod change may matter to it.
+//!
+//! When pods it reads did change but nothing else did, and its plan read no
+//! pod (only ranking nodes for a missing node claim does, `Plan::read_pods`),
+//! the plan and its changes are kept and only the audit runs again, from its
+//! kept counts: the cost of the pods that changed, not of planning again.
 
 use std::{collections::BTreeSet, sync::Arc};
 
-use super::{evaluate_cached, ApplyOutcome, Config, Evaluation};
+use super::{evaluate::reaudit, evaluate_cached, ApplyOutcome, Config, Evaluation};
 use crate::{
     audit::AuditState,
     crd::{Bulkhead, BulkheadSpec},
@@ -82,7 +87,8 @@ struct Memo {
 }
 
 /// As `evaluate_cached`, reusing the last evaluation when nothing it read
-/// has changed (see the module comment); true when it was reused. `others`
+/// has changed, or its plan when only pods the audit reads changed (see the
+/// module comment); says which. `others`
 /// counts every change to the snapshot other than a pod's.
 pub fn evaluate_kept(
     bulkhead: &Bulkhead,
@@ -90,30 +96,69 @@ pub fn evaluate_kept(
     others: u64,
     config: &Config,
     kept: &mut Kept,
-) -> (Arc<Evaluation>, bool) {
-    if let Some(memo) = kept.memo.as_mut().filter(|m| m.holds(bulkhead, snapshot, others, config)) {
-        memo.cursor = snapshot.journal.cursor();
-        return (memo.evaluation.clone(), true);
+) -> (Arc<Evaluation>, Reused) {
+    let holds = kept.memo.as_ref().map_or(Holds::Nothing, |m| m.holds(bulkhead, snapshot, others, config));
+    if holds == Holds::All {
+        if let Some(memo) = kept.memo.as_mut() {
+            memo.cursor = snapshot.journal.cursor();
+            return (memo.evaluation.clone(), Reused::Evaluation);
+        }
     }
     // Let go of the last evaluation first: the audit patches its kept layers
     // in place only when no earlier result still holds them.
-    kept.memo = None;
+    let memo = kept.memo.take();
     kept.evaluations += 1;
-    let evaluation = Arc::new(evaluate_cached(bulkhead, snapshot, config, &mut kept.audit));
+    let (evaluation, reused) = match memo {
+        Some(memo) if holds == Holds::Plan => {
+            let previous = Arc::try_unwrap(memo.evaluation).unwrap_or_else(|shared| Evaluation::clone(&shared));
+            (reaudit(previous, bulkhead, snapshot, config, &mut kept.audit), Reused::Plan)
+        }
+        _ => (evaluate_cached(bulkhead, snapshot, config, &mut kept.audit), Reused::Nothing),
+    };
+    let evaluation = Arc::new(evaluation);
     kept.memo = memo_of(bulkhead, snapshot, others, config, &evaluation);
-    (evaluation, false)
+    (evaluation, reused)
+}
+
+/// What a reconcile could reuse of the last evaluation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reused {
+    /// All of it.
+    Evaluation,
+    /// Its plan and changes; the audit ran again (incrementally).
+    Plan,
+    Nothing,
+}
+
+/// How much of a kept evaluation still holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Holds {
+    /// Everything: nothing it read changed.
+    All,
+    /// Its plan (and the changes it asks for): only pods the audit reads
+    /// changed, and the plan read no pod.
+    Plan,
+    Nothing,
 }
 
 impl Memo {
-    fn holds(&self, bulkhead: &Bulkhead, snapshot: &Snapshot, others: u64, config: &Config) -> bool {
+    fn holds(&self, bulkhead: &Bulkhead, snapshot: &Snapshot, others: u64, config: &Config) -> Holds {
         if !self.read.same_as(bulkhead) || self.others != others || &self.config != config {
-            return false;
+            return Holds::Nothing;
         }
-        let Some(mut deltas) = snapshot.journal.since(self.cursor) else { return false };
-        deltas.all(|d| match d {
-            Delta::Pod { key, .. } => !self.pod_namespaces.contains(&key.namespace),
-            Delta::Node(_) => false,
-        })
+        let Some(mut deltas) = snapshot.journal.since(self.cursor) else { return Holds::Nothing };
+        let mut read = false;
+        for d in &mut deltas {
+            match d {
+                Delta::Pod { key, .. } => read |= self.pod_namespaces.contains(&key.namespace),
+                Delta::Node(_) => return Holds::Nothing,
+            }
+        }
+        match (read, self.evaluation.plan.read_pods()) {
+            (false, _) => Holds::All,
+            (true, false) => Holds::Plan,
+            (true, true) => Holds::Nothing,
+        }
     }
 }
 

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::{api::core::v1::Namespace, apimachinery::pkg::apis::meta::v1::Time};
 use proptest::prelude::*;
 
-use super::{evaluate_kept, Kept};
+use super::{evaluate_kept, Kept, Reused};
 use crate::{
     crd::{Bulkhead, BulkheadStatus, ClassStatus},
     snapshot::{NodeInfo, ObjectKey, PodInfo, Snapshot},
@@ -30,9 +30,11 @@ enum Event {
     Delete {
         id: usize,
     },
+    /// A node (re)labelled; `claimed`: it carries class a's claim label.
     Node {
         n: usize,
         zone: u8,
+        claimed: bool,
     },
     /// Relabel y into (or out of) class c's namespaceSelector.
     Batch(bool),
@@ -47,18 +49,23 @@ fn event() -> impl Strategy<Value = Event> {
         6 => (0..PODS, 0..NAMESPACES.len(), proptest::option::of(0..NODES))
             .prop_map(|(id, ns, node)| Event::Pod { id, ns, node }),
         2 => (0..PODS).prop_map(|id| Event::Delete { id }),
-        1 => (0..NODES, 0..2u8).prop_map(|(n, zone)| Event::Node { n, zone }),
+        1 => (0..NODES, 0..2u8, any::<bool>()).prop_map(|(n, zone, claimed)| Event::Node { n, zone, claimed }),
         1 => any::<bool>().prop_map(Event::Batch),
         1 => any::<bool>().prop_map(|zone| Event::Bulkhead { zone }),
     ]
 }
 
 fn bulkhead(version: u32, zone: bool) -> Bulkhead {
+    bulkhead_with(version, zone, "")
+}
+
+/// `a_extra`: more fields of class a (a node group, say).
+fn bulkhead_with(version: u32, zone: bool, a_extra: &str) -> Bulkhead {
     let layers = if zone { "[Node, Zone]" } else { "[Node]" };
     serde_yaml::from_str(&format!(
         "apiVersion: bulkhead.dev/v1alpha1\nkind: Bulkhead\nmetadata: {{name: t, uid: u-1, resourceVersion: '{version}'}}\n\
          spec:\n  dimension: Tenant\n  layers: {layers}\n  pool: {{resource: connections, capacity: 100}}\n  classes:\n\
-         \x20 - {{name: a, reserved: 1, pods: {{namespaceSelector: {{matchLabels: {{team: a}}}}}}}}\n\
+         \x20 - {{name: a, reserved: 1, pods: {{namespaceSelector: {{matchLabels: {{team: a}}}}}}{a_extra}}}\n\
          \x20 - {{name: b, reserved: 1, pods: {{namespaceSelector: {{matchLabels: {{team: b}}}}}}}}\n\
          \x20 - {{name: c, reserved: 1, pods: {{namespaceSelector: {{matchLabels: {{tier: batch}}}}}}}}\n"
     ))
@@ -82,17 +89,28 @@ struct Cluster {
     others: u64,
     bulkhead: Bulkhead,
     version: u32,
+    a_extra: &'static str,
 }
 
 impl Cluster {
     fn new() -> Self {
-        let mut c = Cluster { snapshot: Snapshot::default(), others: 0, bulkhead: bulkhead(1, false), version: 1 };
+        Self::with("")
+    }
+
+    fn with(a_extra: &'static str) -> Self {
+        let mut c = Cluster {
+            snapshot: Snapshot::default(),
+            others: 0,
+            bulkhead: bulkhead_with(1, false, a_extra),
+            version: 1,
+            a_extra,
+        };
         c.snapshot.apply(&namespace("a", &[("team", "a")]));
         c.snapshot.apply(&namespace("b", &[("team", "b")]));
         c.snapshot.apply(&namespace("x", &[("team", "x")]));
         c.snapshot.apply(&namespace("y", &[]));
         for n in 0..NODES {
-            c.apply(&Event::Node { n, zone: (n % 2) as u8 });
+            c.apply(&Event::Node { n, zone: (n % 2) as u8, claimed: false });
         }
         c
     }
@@ -114,8 +132,11 @@ impl Cluster {
                     s.set_pod(k, None);
                 }
             }
-            Event::Node { n, zone } => {
-                let labels = BTreeMap::from([("topology.kubernetes.io/zone".to_string(), format!("z-{zone}"))]);
+            Event::Node { n, zone, claimed } => {
+                let mut labels = BTreeMap::from([("topology.kubernetes.io/zone".to_string(), format!("z-{zone}"))]);
+                if claimed {
+                    labels.insert(crate::plan::claim_key("t"), "a".to_string());
+                }
                 let labels = s.interner.labels(labels.iter());
                 let name = format!("n-{n}");
                 let info = NodeInfo {
@@ -134,12 +155,18 @@ impl Cluster {
             }
             Event::Bulkhead { zone } => {
                 self.version += 1;
-                self.bulkhead = bulkhead(self.version, zone);
+                self.bulkhead = bulkhead_with(self.version, zone, self.a_extra);
             }
         }
     }
 
+    /// The kept evaluation, and whether all of it was reused.
     fn kept(&self, kept: &mut Kept) -> (Evaluation, bool) {
+        let (evaluation, reused) = self.kept_how(kept);
+        (evaluation, reused == Reused::Evaluation)
+    }
+
+    fn kept_how(&self, kept: &mut Kept) -> (Evaluation, Reused) {
         let (evaluation, reused) = evaluate_kept(&self.bulkhead, &self.snapshot, self.others, &Config::default(), kept);
         ((*evaluation).clone(), reused)
     }
@@ -157,16 +184,29 @@ proptest! {
 
     #[test]
     fn a_kept_evaluation_is_always_what_a_fresh_one_would_be(events in proptest::collection::vec(event(), 1..40)) {
-        let mut cluster = Cluster::new();
-        let mut kept = Kept::default();
-        cluster.kept(&mut kept);
-        for e in &events {
-            cluster.apply(e);
-            let (evaluation, _) = cluster.kept(&mut kept);
-            let fresh = evaluate(&cluster.bulkhead, &cluster.snapshot, &Config::default());
-            prop_assert_eq!(decided(&evaluation, &cluster.bulkhead), decided(&fresh, &cluster.bulkhead), "after {:?}", e);
-        }
+        kept_equals_fresh(Cluster::new(), &events)?;
     }
+
+    /// Class a claims a node in zone z-0: while no node carries its claim the
+    /// plan ranks candidates by their pods (it reads pods), else it does not.
+    #[test]
+    fn with_a_node_group_too(events in proptest::collection::vec(event(), 1..40)) {
+        kept_equals_fresh(Cluster::with(NODE_GROUP), &events)?;
+    }
+}
+
+const NODE_GROUP: &str = ", nodes: {selector: {matchLabels: {topology.kubernetes.io/zone: z-0}}, count: 1}";
+
+fn kept_equals_fresh(mut cluster: Cluster, events: &[Event]) -> Result<(), TestCaseError> {
+    let mut kept = Kept::default();
+    cluster.kept(&mut kept);
+    for e in events {
+        cluster.apply(e);
+        let (evaluation, _) = cluster.kept(&mut kept);
+        let fresh = evaluate(&cluster.bulkhead, &cluster.snapshot, &Config::default());
+        prop_assert_eq!(decided(&evaluation, &cluster.bulkhead), decided(&fresh, &cluster.bulkhead), "after {:?}", e);
+    }
+    Ok(())
 }
 
 #[test]
@@ -181,7 +221,7 @@ fn only_changes_outside_what_the_bulkhead_reads_reuse_its_evaluation() {
         (Event::Pod { id: 2, ns: 0, node: Some(0) }, false, "a pod of class a"),
         (Event::Pod { id: 3, ns: 1, node: None }, false, "a pending pod of class b"),
         (Event::Delete { id: 0 }, true, "the foreign pod deleted"),
-        (Event::Node { n: 3, zone: 0 }, false, "a node relabelled"),
+        (Event::Node { n: 3, zone: 0, claimed: false }, false, "a node relabelled"),
         (Event::Batch(true), false, "y now selected by class c"),
         (Event::Pod { id: 1, ns: 3, node: Some(2) }, false, "a pod in y, now read"),
         (Event::Bulkhead { zone: false }, true, "a new version of the Bulkhead, same spec (its status written)"),
@@ -250,4 +290,27 @@ fn a_status_found_in_place_is_known_only_for_the_same_evaluation_object_and_outc
     cluster.apply(&Event::Pod { id: 1, ns: 0, node: Some(0) });
     assert!(!cluster.kept(&mut kept).1);
     assert!(!kept.reported_already(&cluster.bulkhead, &outcome));
+}
+
+#[test]
+fn a_pod_a_class_reads_runs_the_audit_again_but_keeps_a_plan_that_read_no_pod() {
+    let mut cluster = Cluster::new();
+    let mut kept = Kept::default();
+    assert_eq!(cluster.kept_how(&mut kept).1, Reused::Nothing);
+    cluster.apply(&Event::Pod { id: 2, ns: 0, node: Some(0) });
+    assert_eq!(cluster.kept_how(&mut kept).1, Reused::Plan, "a pod of class a: only the audit reads it");
+    cluster.apply(&Event::Node { n: 1, zone: 1, claimed: false });
+    assert_eq!(cluster.kept_how(&mut kept).1, Reused::Nothing, "a node: plan again");
+
+    // While class a misses its claimed node, the plan ranks nodes by their pods.
+    let mut cluster = Cluster::with(NODE_GROUP);
+    let mut kept = Kept::default();
+    cluster.kept_how(&mut kept);
+    cluster.apply(&Event::Pod { id: 2, ns: 1, node: Some(0) });
+    assert_eq!(cluster.kept_how(&mut kept).1, Reused::Nothing, "the plan read pods: plan again");
+    // Once it holds one (n-0, in z-0), the plan reads no pod.
+    cluster.apply(&Event::Node { n: 0, zone: 0, claimed: true });
+    cluster.kept_how(&mut kept);
+    cluster.apply(&Event::Pod { id: 3, ns: 1, node: Some(2) });
+    assert_eq!(cluster.kept_how(&mut kept).1, Reused::Plan);
 }

@@ -14,7 +14,7 @@ mod shard;
 pub use conditions::{merge_conditions, ConditionStatus, DesiredCondition};
 pub use evaluate::{evaluate, evaluate_cached, Config, Evaluation};
 pub use isolation::isolated_condition;
-pub use memo::{evaluate_kept, Kept};
+pub use memo::{evaluate_kept, Kept, Reused};
 pub use reasons::{
     reason, CONTROL_PLANE_LANE, FUNDED, ISOLATED, NODE_GROUPS_READY, PLACED, PROXY_INJECTED, QUOTAS_SCOPED, READY,
     SHUFFLE_SHARDED,
