@@ -55,10 +55,6 @@ fn event() -> impl Strategy<Value = Event> {
     ]
 }
 
-fn bulkhead(version: u32, zone: bool) -> Bulkhead {
-    bulkhead_with(version, zone, "")
-}
-
 /// `a_extra`: more fields of class a (a node group, say).
 fn bulkhead_with(version: u32, zone: bool, a_extra: &str) -> Bulkhead {
     let layers = if zone { "[Node, Zone]" } else { "[Node]" };
