@@ -67,6 +67,11 @@ impl Audit {
     pub fn owned_layers(&self) -> Vec<LayerStatus> {
         self.layers.iter().map(|l| LayerStatus::clone(l)).collect()
     }
+
+    /// The layers as a status lists them (`LayerStatus::bounded`).
+    pub fn listed_layers(&self) -> Vec<LayerStatus> {
+        self.layers.iter().map(|l| l.bounded()).collect()
+    }
 }
 
 /// The full audit: count every member pod once, then the verdicts.
@@ -105,11 +110,21 @@ fn verdicts(state: &mut AuditState, selection: &Selection<'_>, snapshot: &Snapsh
             Layer::Kernel => state.layer_status(KERNEL, selection, snapshot, hints),
             Layer::Zone => state.layer_status(ZONE, selection, snapshot, hints),
             Layer::Host => state.layer_status(HOST, selection, snapshot, hints),
-            Layer::Database => Arc::new(layer_status(selection, layer, database::pairs(selection.bulkhead, snapshot))),
+            Layer::Database => database_layer(state, selection, snapshot),
         };
         layers.push(status);
     }
     Audit { layers, unscheduled: state.unscheduled() }
+}
+
+/// The Database layer, kept in `state` while no class names a database (it
+/// then reads nothing but the spec), else found again.
+fn database_layer(state: &mut AuditState, selection: &Selection<'_>, snapshot: &Snapshot) -> Arc<LayerStatus> {
+    let found = || Arc::new(layer_status(selection, Layer::Database, database::pairs(selection.bulkhead, snapshot)));
+    if selection.bulkhead.spec.classes.iter().any(|c| !c.databases.is_empty()) {
+        return found();
+    }
+    state.database.get_or_insert_with(found).clone()
 }
 
 fn process(state: &mut AuditState, selection: &Selection<'_>, snapshot: &Snapshot) -> Vec<PairVerdict> {

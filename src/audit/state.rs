@@ -37,6 +37,9 @@ pub struct AuditState {
     pub(super) classes: Classifier,
     pub(super) counts: Counts,
     cursor: Cursor,
+    /// The Database layer, while no class names a database: then it follows
+    /// from the spec alone (every pair Unverified), which this state is for.
+    pub(super) database: Option<std::sync::Arc<crate::crd::LayerStatus>>,
 }
 
 #[derive(Clone, Debug)]
@@ -82,6 +85,7 @@ impl AuditState {
             classes,
             counts,
             cursor: snapshot.journal.cursor(),
+            database: None,
         };
         (state, hints)
     }

@@ -86,7 +86,9 @@ async fn reconcile_bulkhead(bulkhead: &Bulkhead, ctx: &Context) -> Result<Action
         if let Some(audit) = &evaluation.audit {
             ctx.metrics.record_layers(&name, audit.layers.iter().map(|l| &**l));
         }
-        ctx.metrics.record_plan(&name, &evaluation.plan.capacity);
+        if reused == Reused::Nothing {
+            ctx.metrics.record_plan(&name, &evaluation.plan.capacity);
+        }
     }
 
     let (outcome, apply_error) = match execute(ctx, bulkhead, &name, &evaluation).await {

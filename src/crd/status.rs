@@ -122,6 +122,24 @@ impl LayerStatus {
     }
 }
 
+impl LayerStatus {
+    /// A copy with the pairs bounded as `bound_pairs` would leave them,
+    /// without copying the pairs it would drop.
+    pub fn bounded(&self) -> LayerStatus {
+        let shared = self.pairs.iter().filter(|p| p.state == LayerState::Shared);
+        let rest = self.pairs.iter().filter(|p| p.state != LayerState::Shared);
+        let pairs: Vec<PairStatus> = shared.chain(rest).take(MAX_PAIRS_LISTED).cloned().collect();
+        let unlisted = u32::try_from(self.pairs.len() - pairs.len()).unwrap_or(u32::MAX);
+        LayerStatus {
+            name: self.name,
+            required: self.required,
+            state: self.state,
+            pairs,
+            unlisted_pairs: self.unlisted_pairs.saturating_add(unlisted),
+        }
+    }
+}
+
 #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
 fn is_zero(n: &u32) -> bool {
     *n == 0

@@ -108,16 +108,19 @@ pub fn evaluate_kept(
     // in place only when no earlier result still holds them.
     let memo = kept.memo.take();
     kept.evaluations += 1;
-    let (evaluation, reused) = match memo {
-        Some(memo) if holds == Holds::Plan => {
-            let previous = Arc::try_unwrap(memo.evaluation).unwrap_or_else(|shared| Evaluation::clone(&shared));
-            (reaudit(previous, bulkhead, snapshot, config, &mut kept.audit), Reused::Plan)
-        }
-        _ => (evaluate_cached(bulkhead, snapshot, config, &mut kept.audit), Reused::Nothing),
-    };
-    let evaluation = Arc::new(evaluation);
+    if let Some(memo) = memo.filter(|_| holds == Holds::Plan) {
+        // What the memo knows of the Bulkhead and the namespaces it reads still holds.
+        let Memo { evaluation: previous, read, config: kept_config, others, cursor: _, pod_namespaces } = memo;
+        let previous = Arc::try_unwrap(previous).unwrap_or_else(|shared| Evaluation::clone(&shared));
+        let evaluation = Arc::new(reaudit(previous, bulkhead, snapshot, config, &mut kept.audit));
+        let cursor = snapshot.journal.cursor();
+        kept.memo =
+            Some(Memo { evaluation: evaluation.clone(), read, config: kept_config, others, cursor, pod_namespaces });
+        return (evaluation, Reused::Plan);
+    }
+    let evaluation = Arc::new(evaluate_cached(bulkhead, snapshot, config, &mut kept.audit));
     kept.memo = memo_of(bulkhead, snapshot, others, config, &evaluation);
-    (evaluation, reused)
+    (evaluation, Reused::Nothing)
 }
 
 /// What a reconcile could reuse of the last evaluation.

@@ -59,7 +59,14 @@ pub fn build_status(
 ) -> BulkheadStatus {
     let generation = bulkhead.metadata.generation;
     let mut desired = desired_conditions(plan, outcome);
-    let mut layers = audit.map(crate::audit::Audit::owned_layers).unwrap_or_default();
+    // Shards add pairs to the Node layer and sort it: that needs every pair.
+    // Otherwise copy only the pairs the status lists (a small part of them
+    // with many classes).
+    let mut layers = match (&plan.shards, audit) {
+        (_, None) => Vec::new(),
+        (Some(_), Some(audit)) => audit.owned_layers(),
+        (None, Some(audit)) => audit.listed_layers(),
+    };
     if let Some(shards) = &plan.shards {
         let class_order: Vec<String> = bulkhead.spec.classes.iter().map(|c| c.name.clone()).collect();
         shard::annotate_node_layer(&mut layers, shards, &class_order);
