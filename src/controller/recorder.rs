@@ -51,7 +51,29 @@ pub struct EventRecorder {
     legacy: AtomicBool,
     /// Core/v1 Events already written: same object, type, reason and message
     /// become one Event with a count (as client-go's correlator does).
-    repeats: Mutex<HashMap<RepeatKey, Repeat>>,
+    repeats: Mutex<Repeats>,
+}
+
+/// Events written within the window, swept of older ones now and then (not
+/// on every Event: under churn thousands are held, and a flip writes two).
+#[derive(Default)]
+struct Repeats {
+    written: HashMap<RepeatKey, Repeat>,
+    swept: Option<Timestamp>,
+}
+
+/// How often the expired entries are dropped.
+const SWEEP_EVERY: SignedDuration = SignedDuration::from_secs(30);
+
+impl Repeats {
+    /// The Event written for `key` within the window, if any.
+    fn recent(&mut self, key: &RepeatKey, now: Timestamp) -> Option<Repeat> {
+        if self.swept.is_none_or(|t| t + SWEEP_EVERY <= now) {
+            self.written.retain(|_, r| r.last + REPEAT_WINDOW > now);
+            self.swept = Some(now);
+        }
+        self.written.get(key).filter(|r| r.last + REPEAT_WINDOW > now).cloned()
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -111,8 +133,7 @@ impl EventRecorder {
         };
         let earlier = {
             let mut repeats = self.repeats.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            repeats.retain(|_, r| r.last + REPEAT_WINDOW > now);
-            repeats.get(&key).cloned()
+            repeats.recent(&key, now)
         };
         let written = match earlier {
             Some(r) => {
@@ -127,7 +148,7 @@ impl EventRecorder {
                 Repeat { name, count: 1, last: now }
             }
         };
-        self.repeats.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(key, written);
+        self.repeats.lock().unwrap_or_else(std::sync::PoisonError::into_inner).written.insert(key, written);
         Ok(())
     }
 
@@ -184,6 +205,32 @@ mod tests {
             uid: Some("u-1".into()),
             ..ObjectReference::default()
         }
+    }
+
+    #[test]
+    fn a_repeat_counts_only_within_the_window_and_old_ones_are_swept() {
+        let key = |m: &str| RepeatKey {
+            uid: None,
+            name: Some("shop".into()),
+            type_: "Normal",
+            reason: "Applied".into(),
+            message: m.into(),
+        };
+        let t0 = Timestamp::from_second(1_700_000_000).expect("time");
+        let at = |secs: i64| t0 + SignedDuration::from_secs(secs);
+        let mut r = Repeats::default();
+        assert!(r.recent(&key("a"), t0).is_none());
+        r.written.insert(key("a"), Repeat { name: "e-a".into(), count: 1, last: t0 });
+        assert_eq!(r.recent(&key("a"), at(10)).map(|r| r.name), Some("e-a".into()), "within the window");
+        r.written.insert(key("b"), Repeat { name: "e-b".into(), count: 1, last: at(20) });
+        assert!(r.recent(&key("a"), at(340)).is_some(), "a sweep keeps what is within the window");
+        // Past a's window but before the next sweep: not counted, still held.
+        assert!(r.recent(&key("a"), at(361)).is_none());
+        assert_eq!(r.written.len(), 2, "swept at most every 30 s");
+        assert!(r.recent(&key("b"), at(370)).is_some());
+        assert_eq!(r.written.len(), 1, "the next sweep dropped a");
+        assert!(r.recent(&key("b"), at(400)).is_none());
+        assert!(r.written.is_empty(), "and then b");
     }
 
     fn event(note: &str) -> Event {
