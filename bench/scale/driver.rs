@@ -264,11 +264,12 @@ async fn probe(client: Client, l: Layout, b: usize, until: Instant) -> anyhow::R
 
 /// Steady churn: each tick deletes one pod of a class and creates one in its
 /// place on the class's own nodes (isolation does not change).
-async fn churn(client: Client, l: Layout, rate: usize, until: Instant) -> anyhow::Result<usize> {
+/// `start`: replacements made by earlier runs (the sequence goes on from there).
+async fn churn(client: Client, l: Layout, rate: usize, until: Instant, start: usize) -> anyhow::Result<usize> {
     let per_group = l.pods / l.groups();
     let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate.max(1) as f64));
     let mut ops = 0usize;
-    let mut next = 0usize;
+    let mut next = start;
     let mut in_flight = futures::stream::FuturesUnordered::new();
     while Instant::now() < until {
         tick.tick().await;
@@ -311,9 +312,15 @@ async fn main() -> anyhow::Result<()> {
         Some("churn") => {
             let seconds = arg(&args, "--seconds", 60) as u64;
             let rate = arg(&args, "--rate", 20);
+            let start = arg(&args, "--start", 0);
             let until = Instant::now() + Duration::from_secs(seconds);
+            if arg(&args, "--probes", 1) == 0 {
+                let ops = churn(client.clone(), l, rate, until, start).await?;
+                println!("quiet churn: {ops} pod writes ({rate} pairs/s) over {seconds} s, no probes");
+                return Ok(());
+            }
             let probes: Vec<_> = (0..l.bulkheads).map(|b| tokio::spawn(probe(client.clone(), l, b, until))).collect();
-            let ops = churn(client.clone(), l, rate, until).await?;
+            let ops = churn(client.clone(), l, rate, until, start).await?;
             let mut bound = Vec::new();
             let mut deleted = Vec::new();
             for p in probes {

@@ -60,7 +60,10 @@ pub fn reaudit(
     config: &Config,
     kept: &mut Option<AuditState>,
 ) -> Evaluation {
-    let Evaluation { plan, changes, audit: _ } = previous;
+    let Evaluation { plan, changes, audit } = previous;
+    // Drop the old audit first: the kept layers it shares are then patched
+    // in place rather than copied whole.
+    drop(audit);
     let audit = plan.is_valid().then(|| audit_cached(kept, &Selection::parse(bulkhead), snapshot, &config.audit));
     Evaluation { plan, changes, audit }
 }
