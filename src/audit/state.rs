@@ -4,7 +4,10 @@
 //! controller keeps the state between reconciles, so a pod bound, moved or
 //! deleted costs a few map updates, not a pass over the cluster.
 
-use std::collections::{btree_map, BTreeMap};
+use std::{
+    collections::{btree_map, BTreeMap},
+    sync::Arc,
+};
 
 use super::{
     classes::{classes_in, ClassSet, Classifier},
@@ -14,7 +17,7 @@ use super::{
     AuditConfig, ZONE_LABEL,
 };
 use crate::{
-    crd::{Bulkhead, BulkheadSpec},
+    crd::{Bulkhead, BulkheadSpec, LayerStatus},
     select::Selection,
     snapshot::{Cursor, Delta, ObjectKey, PodInfo, Snapshot},
 };
@@ -39,7 +42,7 @@ pub struct AuditState {
     cursor: Cursor,
     /// The Database layer, while no class names a database: then it follows
     /// from the spec alone (every pair Unverified), which this state is for.
-    pub(super) database: Option<std::sync::Arc<crate::crd::LayerStatus>>,
+    pub(super) database: Option<Arc<LayerStatus>>,
 }
 
 #[derive(Clone, Debug)]

@@ -77,17 +77,17 @@ async fn reconcile_bulkhead(bulkhead: &Bulkhead, ctx: &Context) -> Result<Action
         evaluate_kept(bulkhead, &snapshot, others, &ctx.config, &mut kept)
     };
     ctx.audits.put(&name, kept);
-    if reused == Reused::Plan {
-        ctx.metrics.plans_reused.inc();
-    }
     if reused == Reused::Evaluation {
         ctx.metrics.evaluations_reused.inc();
     } else {
         if let Some(audit) = &evaluation.audit {
             ctx.metrics.record_layers(&name, audit.layers.iter().map(|l| &**l));
         }
-        if reused == Reused::Nothing {
-            ctx.metrics.record_plan(&name, &evaluation.plan.capacity);
+        match reused {
+            Reused::Plan => {
+                ctx.metrics.plans_reused.inc();
+            }
+            _ => ctx.metrics.record_plan(&name, &evaluation.plan.capacity),
         }
     }
 

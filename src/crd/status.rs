@@ -109,22 +109,9 @@ pub struct LayerStatus {
 pub const MAX_PAIRS_LISTED: usize = 10;
 
 impl LayerStatus {
-    /// List at most `MAX_PAIRS_LISTED` pairs, Shared before Unverified (each
-    /// in its own order), and count the rest.
-    pub fn bound_pairs(&mut self) {
-        if self.pairs.len() <= MAX_PAIRS_LISTED {
-            return;
-        }
-        self.pairs.sort_by_key(|p| p.state != LayerState::Shared);
-        let unlisted = self.pairs.len() - MAX_PAIRS_LISTED;
-        self.pairs.truncate(MAX_PAIRS_LISTED);
-        self.unlisted_pairs = self.unlisted_pairs.saturating_add(u32::try_from(unlisted).unwrap_or(u32::MAX));
-    }
-}
-
-impl LayerStatus {
-    /// A copy with the pairs bounded as `bound_pairs` would leave them,
-    /// without copying the pairs it would drop.
+    /// A copy as a status lists it: at most `MAX_PAIRS_LISTED` pairs, Shared
+    /// before Unverified (each in its own order), the rest counted; the
+    /// pairs left out are not copied.
     pub fn bounded(&self) -> LayerStatus {
         let shared = self.pairs.iter().filter(|p| p.state == LayerState::Shared);
         let rest = self.pairs.iter().filter(|p| p.state != LayerState::Shared);

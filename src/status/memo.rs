@@ -40,7 +40,7 @@ pub struct Kept {
     memo: Option<Memo>,
     /// Fresh evaluations so far: tells one evaluation from the next.
     evaluations: u64,
-    reported: Option<Reported>,
+    in_place: Option<StatusInPlace>,
 }
 
 /// A status found already in place: built from evaluation number
@@ -48,7 +48,7 @@ pub struct Kept {
 /// `resource_version` holds. While all three stay the same, building it again
 /// would give the same status (the time of day enters only a condition that
 /// flips), so a reconcile need not build or compare it.
-struct Reported {
+struct StatusInPlace {
     evaluation: u64,
     resource_version: String,
     outcome: ApplyOutcome,
@@ -58,7 +58,7 @@ impl Kept {
     /// True when the status of the current evaluation with `outcome` is
     /// known to be the one `bulkhead` holds.
     pub fn reported_already(&self, bulkhead: &Bulkhead, outcome: &ApplyOutcome) -> bool {
-        self.reported.as_ref().is_some_and(|r| {
+        self.in_place.as_ref().is_some_and(|r| {
             r.evaluation == self.evaluations
                 && bulkhead.metadata.resource_version.as_deref() == Some(r.resource_version.as_str())
                 && &r.outcome == outcome
@@ -67,7 +67,7 @@ impl Kept {
 
     /// Record that the status of the current evaluation with `outcome` is the one `bulkhead` holds.
     pub fn note_reported(&mut self, bulkhead: &Bulkhead, outcome: &ApplyOutcome) {
-        self.reported = bulkhead.metadata.resource_version.clone().map(|resource_version| Reported {
+        self.in_place = bulkhead.metadata.resource_version.clone().map(|resource_version| StatusInPlace {
             evaluation: self.evaluations,
             resource_version,
             outcome: outcome.clone(),

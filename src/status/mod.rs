@@ -24,7 +24,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::{
     audit::Audit,
-    crd::{Bulkhead, BulkheadStatus, ClassStatus, PoolStatus},
+    crd::{Bulkhead, BulkheadStatus, ClassStatus, LayerStatus, PoolStatus},
     plan::{Funding, Plan},
 };
 
@@ -59,9 +59,10 @@ pub fn build_status(
 ) -> BulkheadStatus {
     let generation = bulkhead.metadata.generation;
     let mut desired = desired_conditions(plan, outcome);
-    // Shards add pairs to the Node layer and sort it: that needs every pair.
-    // Otherwise copy only the pairs the status lists (a small part of them
-    // with many classes).
+    // Shards add pairs to the Node layer and sort it: that needs every pair,
+    // bounded once annotated. Otherwise copy only the pairs the status lists
+    // (a small part of them with many classes); the Isolated condition reads
+    // the same first pairs of each layer either way.
     let mut layers = match (&plan.shards, audit) {
         (_, None) => Vec::new(),
         (Some(_), Some(audit)) => audit.owned_layers(),
@@ -75,9 +76,8 @@ pub fn build_status(
     if audit.is_some() {
         desired.push(isolated_condition(&layers, bulkhead.spec.classes.len()));
     }
-    // The condition above read every pair; the status lists a bounded number.
-    for layer in &mut layers {
-        layer.bound_pairs();
+    if plan.shards.is_some() {
+        layers = layers.iter().map(LayerStatus::bounded).collect();
     }
     let previous_conditions = previous.map(|s| s.conditions.as_slice()).unwrap_or_default();
     let cap = &plan.capacity;
