@@ -1,25 +1,38 @@
 # syntax=docker/dockerfile:1
 #
-# bulkhead operator image.
+# bulkhead operator image (the controller and the `bulkhead proxy` sidecar).
 #
-#   docker build -t ghcr.io/bulkhead-dev/bulkhead:0.1.0 .
+#   docker build -t bulkhead:dev .
 #
 # The binary is /bulkhead; the default command is `bulkhead run` (the
 # controller). It runs as the distroless `nonroot` user (65532:65532), which
-# is what the Helm chart's securityContext expects.
+# is what the Helm chart's securityContext and the injected sidecar expect.
+#
+# Base images are pinned by digest (bump deliberately: `docker buildx
+# imagetools inspect IMAGE:TAG`, the index digest). They are build arguments
+# only so that a machine without a registry can put locally made equivalents
+# in their place (tests/image does that); every step below runs unchanged.
+ARG BUILDER_IMAGE=docker.io/library/rust:1.89-bookworm@sha256:948f9b08a66e7fe01b03a98ef1c7568292e07ec2e4fe90d88c07bb14563c84ff
+ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:nonroot@sha256:9dac0a79194e45a7da0158a9c6da57b217585af0786db3845d1f0ec1a0dd182f
 
 ############################
 # Build stage
 ############################
-FROM rust:1.89-bookworm AS builder
+FROM ${BUILDER_IMAGE} AS builder
 
 WORKDIR /build
 
-# 1. Dependencies only: build the crate's dependency graph against a dummy
-#    lib and bin so this layer is cached until Cargo.toml/Cargo.lock change.
+# 1. Dependencies only, cached until Cargo.toml or Cargo.lock change. The
+#    manifest declares test, bench and example targets whose files the image
+#    never needs; cargo refuses a manifest that names missing files, so the
+#    build uses the manifest without those sections (they add no dependency:
+#    dev-dependencies are not built for a release binary). A dummy lib and
+#    bin stand in for the sources.
 COPY Cargo.toml Cargo.lock ./
-RUN mkdir -p src \
- && echo '// dummy' > src/lib.rs \
+RUN mv Cargo.toml Cargo.toml.full \
+ && awk '/^\[\[(test|bench|example)\]\]/ { skip = 1; next } /^\[/ { skip = 0 } !skip' Cargo.toml.full >Cargo.toml \
+ && mkdir -p src \
+ && echo '// dependencies only' > src/lib.rs \
  && echo 'fn main() {}' > src/main.rs \
  && cargo build --release --locked --bin bulkhead \
  && rm -rf src \
@@ -28,7 +41,7 @@ RUN mkdir -p src \
     target/release/deps/libbulkhead-* \
     target/release/.fingerprint/bulkhead-*
 
-# 2. The real sources.
+# 2. The real sources: a change to tests or docs does not rebuild the image.
 COPY src ./src
 RUN touch src/lib.rs src/main.rs \
  && cargo build --release --locked --bin bulkhead \
@@ -37,12 +50,16 @@ RUN touch src/lib.rs src/main.rs \
 ############################
 # Runtime stage
 ############################
-FROM gcr.io/distroless/cc-debian12:nonroot
+FROM ${RUNTIME_IMAGE}
 
+ARG VERSION=0.1.0
+ARG REVISION=unknown
 LABEL org.opencontainers.image.title="bulkhead" \
       org.opencontainers.image.description="Kubernetes operator that enforces and verifies bulkhead isolation between classes of work" \
       org.opencontainers.image.source="https://github.com/bulkhead-dev/bulkhead" \
-      org.opencontainers.image.licenses="Apache-2.0"
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}"
 
 COPY --from=builder /bulkhead /bulkhead
 
