@@ -8,6 +8,7 @@
 pub mod audit;
 pub mod kubelet;
 pub mod operator;
+pub mod real_node;
 
 use std::{
     path::{Path, PathBuf},
@@ -36,12 +37,29 @@ pub struct ControlPlane {
 static CONTROL_PLANE: OnceLock<ControlPlane> = OnceLock::new();
 
 impl ControlPlane {
-    /// The control plane of this test binary, started on first use.
+    /// The control plane of this test binary, started on first use with three fake nodes.
     pub fn get() -> &'static ControlPlane {
+        Self::start_with(&["--nodes", "3"])
+    }
+
+    /// The control plane of this test binary with `n` real nodes (kubelets
+    /// with containerd) and no fake ones; call it before anything calls `get`.
+    pub fn with_real_nodes(n: u32) -> &'static ControlPlane {
+        let cp = Self::start_with(&["--nodes", "0", "--real-nodes", &n.to_string()]);
+        let listed = cp.kubectl(&["get", "nodes", "-l", "test.bulkhead.dev/real-node=true", "-o", "name"]);
+        assert!(
+            listed.lines().count() >= n as usize,
+            "the control plane at {} has fewer than {n} real nodes:\n{listed}",
+            cp.dir.display()
+        );
+        cp
+    }
+
+    fn start_with(args: &[&str]) -> &'static ControlPlane {
         CONTROL_PLANE.get_or_init(|| {
             let dir = match std::env::var("BULKHEAD_CP_DIR") {
                 Ok(dir) if !dir.is_empty() => PathBuf::from(dir),
-                _ => start_control_plane(),
+                _ => start_control_plane(args),
             };
             let kubeconfig = dir.join("admin.kubeconfig");
             assert!(kubeconfig.exists(), "control plane at {} has no admin.kubeconfig", dir.display());
@@ -129,10 +147,12 @@ impl ControlPlane {
     }
 }
 
-fn start_control_plane() -> PathBuf {
+fn start_control_plane(args: &[&str]) -> PathBuf {
     let script = repo_root().join("tests/control-plane");
     let out = Command::new(&script)
-        .args(["up", "--nodes", "3", "--watch-pid", &std::process::id().to_string()])
+        .arg("up")
+        .args(args)
+        .args(["--watch-pid", &std::process::id().to_string()])
         .output()
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
     let stdout = String::from_utf8_lossy(&out.stdout);

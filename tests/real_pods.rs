@@ -1,0 +1,629 @@
+//! Real pods: the operator and the injected proxy run from the image the
+//! Dockerfile builds, on kubelets with containerd (tests/control-plane
+//! `--real-nodes 2`), installed with the Helm chart. Nothing marks a pod
+//! Ready here but its own probes; requests go to pod IPs through the bridge
+//! the host routes; what runs is read from the runtime and /proc.
+//!
+//! The tests share one cluster and run one after another (the flood's
+//! latency figures must not share the two cores with another test's rollout).
+
+mod support;
+
+use std::{
+    collections::BTreeSet,
+    net::{IpAddr, SocketAddr},
+    sync::OnceLock,
+    thread,
+    time::{Duration, Instant},
+};
+
+use bulkhead::pool_config::PoolConfig;
+use k8s_openapi::api::{
+    apps::v1::Deployment,
+    coordination::v1::Lease,
+    core::v1::{ConfigMap, Node, Pod},
+};
+use kube::{
+    api::{Api, DeleteParams, ListParams},
+    Client,
+};
+use support::{
+    condition,
+    operator::helm_run,
+    real_node::{http_body, http_get, sample, Images, RuntimeContainer},
+    unique_suffix, wait_for, ControlPlane, TestNamespace,
+};
+
+const RELEASE_NS: &str = "bulkhead";
+const ROLLOUT: Duration = Duration::from_secs(180);
+/// The fault suite's bound on a takeover after the leader is killed (its
+/// Lease must expire); a deleted pod is stopped with SIGTERM, which is faster.
+const TAKEOVER: Duration = Duration::from_secs(17);
+const PROXY_PORT: u16 = 8081;
+const ADMIN_PORT: u16 = 9901;
+
+/// Held for a whole test: one test at a time (tokio's lock works across the
+/// tests' runtimes and is not poisoned by a failed test).
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Two real nodes, the images, and the chart installed from the built image
+/// with two replicas (so leader election is on), once per binary.
+fn cluster() -> &'static ControlPlane {
+    static INSTALLED: OnceLock<()> = OnceLock::new();
+    let cp = ControlPlane::with_real_nodes(2);
+    INSTALLED.get_or_init(|| {
+        let images = Images::get();
+        let (repo, tag) = images.operator_repo_tag();
+        let started = Instant::now();
+        helm_run(&[
+            "install",
+            "bulkhead",
+            "charts/bulkhead",
+            "--namespace",
+            RELEASE_NS,
+            "--create-namespace",
+            "--set",
+            &format!("image.repository={repo}"),
+            "--set",
+            &format!("image.tag={tag}"),
+            "--set",
+            "image.pullPolicy=Never",
+            "--set",
+            "replicaCount=2",
+            "--wait",
+            "--timeout",
+            "4m",
+        ]);
+        println!("helm install --wait with the built image: {:.1} s", started.elapsed().as_secs_f64());
+    });
+    cp
+}
+
+async fn pods(client: &Client, ns: &str, selector: &str) -> Vec<Pod> {
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(selector))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+}
+
+fn ready(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_none()
+        && pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Every container of the pod ready, as the kubelet's probes found it: (ready, total).
+fn containers_ready(pod: &Pod) -> (usize, usize) {
+    let statuses = pod.status.as_ref().and_then(|s| s.container_statuses.clone()).unwrap_or_default();
+    (statuses.iter().filter(|c| c.ready).count(), statuses.len())
+}
+
+fn pod_ip(pod: &Pod) -> IpAddr {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.pod_ip.as_deref())
+        .and_then(|ip| ip.parse().ok())
+        .expect("a Running pod has an IP")
+}
+
+fn node_of(pod: &Pod) -> String {
+    pod.spec.as_ref().and_then(|s| s.node_name.clone()).expect("a Running pod is bound")
+}
+
+/// `want` pods of `selector`, all Ready, none terminating.
+async fn wait_ready(client: &Client, ns: &str, selector: &str, want: usize, timeout: Duration) -> Vec<Pod> {
+    wait_for(&format!("{want} Ready pods of {selector} in {ns}"), timeout, || async {
+        let all = pods(client, ns, selector).await;
+        let live: Vec<Pod> = all.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).cloned().collect();
+        (live.len() == want && all.len() == want && live.iter().all(ready)).then_some(live)
+    })
+    .await
+}
+
+fn app_deployment(ns: &str, name: &str, image: &str, replicas: u32) -> String {
+    format!(
+        r#"apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: {name}}}}}
+  template:
+    metadata: {{labels: {{app: {name}}}}}
+    spec:
+      terminationGracePeriodSeconds: 2
+      containers:
+      - name: app
+        image: {image}
+        imagePullPolicy: Never
+        ports: [{{containerPort: 8080}}]
+        readinessProbe: {{tcpSocket: {{port: 8080}}, periodSeconds: 2}}
+        resources: {{requests: {{cpu: 10m, memory: 16Mi}}}}
+"#
+    )
+}
+
+// --- a. the operator from its own image ------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_runs_from_its_image_and_a_deleted_leader_hands_over() {
+    let _serial = SERIAL.lock().await;
+    let cp = cluster();
+    let client = cp.client().await;
+    let images = Images::get();
+    let selector = "app.kubernetes.io/name=bulkhead";
+    let running = wait_ready(&client, RELEASE_NS, selector, 2, ROLLOUT).await;
+    for pod in &running {
+        let image = &pod.spec.as_ref().expect("spec").containers[0].image;
+        assert_eq!(image.as_deref(), Some(images.operator.as_str()), "the operator runs the built image");
+        assert_eq!(containers_ready(pod), (1, 1), "ready through its own probes");
+    }
+    let names: BTreeSet<String> = running.iter().filter_map(|p| p.metadata.name.clone()).collect();
+
+    let leases: Api<Lease> = Api::namespaced(client.clone(), RELEASE_NS);
+    let holder = || async { leases.get("bulkhead-operator").await.ok()?.spec?.holder_identity };
+    let leader = wait_for("one operator pod holds the Lease", Duration::from_secs(60), || async {
+        holder().await.filter(|h| names.contains(h))
+    })
+    .await;
+    let name = format!("rp-lease-{}", unique_suffix());
+    cp.apply_yaml(&tiny_bulkhead(&name));
+    wait_for("the leader reconciles", Duration::from_secs(60), || async {
+        condition(&client, &name, "Ready").await.filter(|c| c.0 == "True")
+    })
+    .await;
+
+    let deleted = Instant::now();
+    Api::<Pod>::namespaced(client.clone(), RELEASE_NS)
+        .delete(&leader, &DeleteParams::default())
+        .await
+        .expect("delete leader");
+    let successor = wait_for("the other pod takes the Lease", TAKEOVER, || async {
+        holder().await.filter(|h| h != &leader && names.contains(h))
+    })
+    .await;
+    let took = deleted.elapsed();
+    println!("leader pod {leader} deleted: {successor} holds the Lease {:.2} s later", took.as_secs_f64());
+    let second = format!("rp-lease-{}", unique_suffix());
+    cp.apply_yaml(&tiny_bulkhead(&second));
+    wait_for("the new leader reconciles", Duration::from_secs(60), || async {
+        condition(&client, &second, "Ready").await.filter(|c| c.0 == "True")
+    })
+    .await;
+    cp.kubectl(&["delete", "bulkhead", &name, &second, "--timeout=60s"]);
+    // The Deployment replaces the deleted pod: two Ready again for the next test.
+    wait_ready(&client, RELEASE_NS, selector, 2, ROLLOUT).await;
+}
+
+fn tiny_bulkhead(name: &str) -> String {
+    format!(
+        "apiVersion: bulkhead.dev/v1alpha1\nkind: Bulkhead\nmetadata: {{name: {name}}}\nspec:\n  dimension: Tenant\n  pool: {{resource: connections, capacity: 10}}\n  classes: [{{name: a, reserved: 1, critical: true}}]\n"
+    )
+}
+
+// --- b, c, e. the injected proxy in real pods --------------------------------
+
+/// A Fleet pool over the app Deployment; classes by path: `/sleep` is the
+/// dependency that hangs, `/steady` carries steady load, `/critical` is the
+/// critical lane.
+fn proxied_bulkhead(name: &str, ns: &str) -> String {
+    format!(
+        r#"apiVersion: bulkhead.dev/v1alpha1
+kind: Bulkhead
+metadata: {{name: {name}}}
+spec:
+  dimension: Dependency
+  pool: {{resource: requests, capacity: 40, scope: Fleet, sharedSurplus: 10}}
+  workload:
+    namespace: {ns}
+    selector: {{matchLabels: {{app: app}}}}
+    proxy:
+      mode: Ingress
+      port: {PROXY_PORT}
+      upstreamPort: 8080
+      unclassified: reject
+      pathPrefixes:
+      - {{prefix: /sleep, class: slow}}
+      - {{prefix: /steady, class: steady}}
+      - {{prefix: /critical, class: control-plane}}
+  classes:
+  - {{name: slow, reserved: 12}}
+  - {{name: steady, reserved: 12}}
+  - {{name: control-plane, reserved: 6, critical: true}}
+"#
+    )
+}
+
+fn metrics(ip: IpAddr) -> Option<String> {
+    http_body(SocketAddr::new(ip, ADMIN_PORT), "/metrics")
+}
+
+/// Requests of `class` holding a slot: from its floor plus from the surplus.
+fn in_flight(exposition: &str, class: &str) -> Option<f64> {
+    let pool = |p: &str| sample(exposition, &format!("bulkhead_proxy_in_flight{{class=\"{class}\",pool=\"{p}\"}}"));
+    Some(pool("floor")? + pool("surplus")?)
+}
+
+fn class_gauge(exposition: &str, metric: &str, class: &str) -> Option<f64> {
+    sample(exposition, &format!("bulkhead_proxy_{metric}{{class=\"{class}\"}}"))
+}
+
+async fn pool_config(client: &Client, ns: &str, bulkhead: &str) -> Option<PoolConfig> {
+    let cm = Api::<ConfigMap>::namespaced(client.clone(), ns).get(&format!("bulkhead-{bulkhead}")).await.ok()?;
+    serde_json::from_str(cm.data?.get("pools.json")?).ok()
+}
+
+fn ceiling(config: &PoolConfig, class: &str) -> u32 {
+    config.classes.iter().find(|c| c.name == class).map(|c| c.ceiling).expect("class in pools.json")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_injected_proxy_enforces_the_pool_in_real_pods() {
+    let _serial = SERIAL.lock().await;
+    let cp = cluster();
+    let client = cp.client().await;
+    let images = Images::get();
+    let ns = TestNamespace::new("rp-proxy", &[]).await;
+    let bh = format!("rp-proxy-{}", unique_suffix());
+    cp.apply_yaml(&app_deployment(&ns.name, "app", &images.app, 2));
+    cp.apply_yaml(&proxied_bulkhead(&bh, &ns.name));
+
+    // b. Injected, 2/2 Ready through the kubelet's probes, reachable by pod IP.
+    let started = Instant::now();
+    let running = wait_for("two app pods with the sidecar, 2/2 Ready", ROLLOUT, || async {
+        let live = pods(&client, &ns.name, "app=app").await;
+        let injected = live.iter().filter(|p| {
+            p.metadata.deletion_timestamp.is_none()
+                && p.spec.as_ref().is_some_and(|s| s.containers.iter().any(|c| c.name == "bulkhead-proxy"))
+        });
+        let injected: Vec<Pod> = injected.cloned().collect();
+        (live.len() == 2 && injected.len() == 2 && injected.iter().all(|p| containers_ready(p) == (2, 2)))
+            .then_some(injected)
+    })
+    .await;
+    println!("injected pods 2/2 Ready {:.1} s after the Bulkhead was applied", started.elapsed().as_secs_f64());
+    let ips: Vec<IpAddr> = running.iter().map(pod_ip).collect();
+    for ip in &ips {
+        let (status, _) = http_get(SocketAddr::new(*ip, PROXY_PORT), "/steady/hello", Duration::from_secs(5));
+        assert_eq!(status, 200, "a request to pod {ip} reaches the app through the proxy");
+        let (status, _) = http_get(SocketAddr::new(*ip, PROXY_PORT), "/unknown", Duration::from_secs(5));
+        assert_eq!(status, 503, "an unclassified request is rejected by the proxy at {ip}");
+    }
+    // The proxy's limits are the ConfigMap's, as the kubelet projected it into the pod.
+    let config = wait_for("the pool config", Duration::from_secs(30), || pool_config(&client, &ns.name, &bh)).await;
+    assert_eq!(config.divided_by, 2, "a Fleet pool over two replicas");
+    for ip in &ips {
+        let exposition = metrics(*ip).expect("the proxy's metrics");
+        for class in ["slow", "steady", "control-plane"] {
+            assert_eq!(
+                class_gauge(&exposition, "class_ceiling", class),
+                Some(f64::from(ceiling(&config, class))),
+                "pod {ip} enforces the ConfigMap's ceiling of {class}"
+            );
+        }
+    }
+
+    // e. The restricted securityContext, as the runtime runs it.
+    let pod_name = running[0].metadata.name.clone().expect("name");
+    let sidecar = RuntimeContainer::find(cp, &ns.name, &pod_name, "bulkhead-proxy").expect("the sidecar in containerd");
+    assert_eq!(sidecar.uids(), vec![65532; 4], "the proxy process runs as 65532 (real, effective, saved, fs)");
+    assert!(sidecar.root_mount_options().iter().any(|o| o == "ro"), "its root is mounted read-only");
+    assert!(!sidecar.root_writable(), "a write below its root is refused");
+    let cmdline = sidecar.cmdline();
+    assert_eq!(cmdline.get(1).map(String::as_str), Some("proxy"), "it runs `bulkhead proxy`: {cmdline:?}");
+    println!(
+        "sidecar {} on {}: pid {}, uids {:?}, cmdline {:?}",
+        sidecar.id,
+        sidecar.node,
+        sidecar.pid,
+        sidecar.uids(),
+        cmdline
+    );
+
+    // b. Scale the Fleet: time from the operator's ConfigMap write to the new
+    // ceiling in force in the pods that were already running, first as the
+    // kubelet does it by default, then with every pod touched right after the
+    // write (an annotation change makes the kubelet sync the pod, and its
+    // ConfigMap volume, at once).
+    let two = ceiling(&config, "slow");
+    cp.kubectl(&["-n", &ns.name, "scale", "deployment/app", "--replicas=3"]);
+    let (three, by_default) = config_to_enforcement(&client, &ns.name, &bh, 3, &ips, None).await;
+    assert!(three < two, "three replicas share the fleet: {three} < {two}");
+    println!(
+        "ConfigMap written -> slow's ceiling {two} -> {three} enforced in both running pods: {:.1} s (kubelet defaults: syncFrequency 1m, configMapAndSecretChangeDetectionStrategy Watch)",
+        by_default.as_secs_f64()
+    );
+    let running = wait_ready(&client, &ns.name, "app=app", 3, ROLLOUT).await;
+    let ips: Vec<IpAddr> = running.iter().map(pod_ip).collect();
+    cp.kubectl(&["-n", &ns.name, "scale", "deployment/app", "--replicas=2"]);
+    let (back, touched) = config_to_enforcement(&client, &ns.name, &bh, 2, &ips, Some(cp)).await;
+    assert_eq!(back, two, "two replicas again: the first ceiling");
+    println!(
+        "ConfigMap written -> slow's ceiling {three} -> {back} enforced, pods annotated right after the write: {:.1} s",
+        touched.as_secs_f64()
+    );
+
+    // c. The seed's verification: saturate `slow` and watch the others.
+    let running = wait_ready(&client, &ns.name, "app=app", 2, ROLLOUT).await;
+    let ips: Vec<IpAddr> = running.iter().map(pod_ip).collect();
+    let config = pool_config(&client, &ns.name, &bh).await.expect("pool config");
+    flood(&ips, &config);
+
+    cp.kubectl(&["delete", "bulkhead", &bh, "--timeout=60s"]);
+    wait_for("the sidecar is withdrawn", ROLLOUT, || async {
+        let deploy = Api::<Deployment>::namespaced(client.clone(), &ns.name).get("app").await.ok()?;
+        let containers = deploy.spec?.template.spec?.containers;
+        (containers.len() == 1 && containers[0].name == "app").then_some(())
+    })
+    .await;
+}
+
+/// Waits until the operator rewrites the pool config for `replicas`, then
+/// until every pod at `ips` that still runs enforces `slow`'s new ceiling:
+/// (the new ceiling, time from the write being seen to enforcement). With
+/// `touch`, every app pod gets a fresh annotation right after the write.
+async fn config_to_enforcement(
+    client: &Client,
+    ns: &str,
+    bh: &str,
+    replicas: u64,
+    ips: &[IpAddr],
+    touch: Option<&ControlPlane>,
+) -> (u32, Duration) {
+    let changed = wait_for("the operator rewrites the pool config", Duration::from_secs(60), || async {
+        pool_config(client, ns, bh).await.filter(|c| c.divided_by == replicas)
+    })
+    .await;
+    let written = Instant::now();
+    if let Some(cp) = touch {
+        let stamp = format!("test.bulkhead.dev/touched={}", unique_suffix());
+        cp.kubectl(&["-n", ns, "annotate", "pods", "-l", "app=app", &stamp, "--overwrite"]);
+    }
+    let want = ceiling(&changed, "slow");
+    let live: Vec<IpAddr> = {
+        let current: BTreeSet<IpAddr> = pods(client, ns, "app=app")
+            .await
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter_map(|p| p.status.as_ref()?.pod_ip.as_deref()?.parse().ok())
+            .collect();
+        ips.iter().copied().filter(|ip| current.contains(ip)).collect()
+    };
+    assert!(live.len() >= 2, "at least two of the earlier pods still run: {live:?}");
+    wait_for(&format!("pods {live:?} enforce slow's ceiling {want}"), Duration::from_secs(180), || async {
+        live.iter()
+            .all(|ip| metrics(*ip).and_then(|m| class_gauge(&m, "class_ceiling", "slow")) == Some(f64::from(want)))
+            .then_some(())
+    })
+    .await;
+    (want, written.elapsed())
+}
+
+/// Steady load on `path` over every pod, `threads` at a time, for `length`:
+/// (statuses, latencies).
+fn steady(ips: &[IpAddr], path: &'static str, threads: usize, length: Duration) -> (Vec<u16>, Vec<Duration>) {
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let ips = ips.to_vec();
+            thread::spawn(move || {
+                let (mut statuses, mut latencies) = (Vec::new(), Vec::new());
+                let end = Instant::now() + length;
+                let mut i = t;
+                while Instant::now() < end {
+                    let ip = ips[i % ips.len()];
+                    i += 1;
+                    let (status, took) = http_get(SocketAddr::new(ip, PROXY_PORT), path, Duration::from_secs(10));
+                    statuses.push(status);
+                    latencies.push(took);
+                    thread::sleep(Duration::from_millis(20));
+                }
+                (statuses, latencies)
+            })
+        })
+        .collect();
+    let mut all = (Vec::new(), Vec::new());
+    for h in handles {
+        let (s, l) = h.join().expect("load thread");
+        all.0.extend(s);
+        all.1.extend(l);
+    }
+    all
+}
+
+fn percentile(latencies: &[Duration], p: f64) -> Duration {
+    let mut sorted = latencies.to_vec();
+    sorted.sort();
+    sorted[((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1]
+}
+
+fn flood(ips: &[IpAddr], config: &PoolConfig) {
+    const EXCESS: usize = 5;
+    let slow = ceiling(config, "slow") as usize;
+    let steady_threads = 3;
+    let (base_status, base_lat) = steady(ips, "/steady/baseline", steady_threads, Duration::from_secs(4));
+    assert!(base_status.iter().all(|s| *s == 200), "baseline: every steady request succeeds: {base_status:?}");
+
+    // `slow`'s dependency hangs: per pod, its ceiling plus EXCESS requests at once.
+    let hung: Vec<_> = ips
+        .iter()
+        .flat_map(|ip| (0..slow + EXCESS).map(move |_| *ip))
+        .map(|ip| {
+            thread::spawn(move || http_get(SocketAddr::new(ip, PROXY_PORT), "/sleep/25", Duration::from_secs(40)))
+        })
+        .collect();
+    // Held at exactly the ceiling on every replica.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for ip in ips {
+        loop {
+            let m = metrics(*ip).unwrap_or_default();
+            let in_flight = in_flight(&m, "slow").unwrap_or(-1.0);
+            if in_flight == slow as f64 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "pod {ip}: slow in flight {in_flight}, want its ceiling {slow}");
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let flood_started = Instant::now();
+    let (critical_status, critical_lat) = {
+        let critical = thread::spawn({
+            let ips = ips.to_vec();
+            move || steady(&ips, "/critical/probe", 1, Duration::from_secs(6))
+        });
+        let during = steady(ips, "/steady/during", steady_threads, Duration::from_secs(6));
+        let critical = critical.join().expect("critical load");
+        // Still exactly at the ceiling at the end of the window, on every pod.
+        for ip in ips {
+            let m = metrics(*ip).expect("metrics");
+            assert_eq!(in_flight(&m, "slow"), Some(slow as f64), "pod {ip} holds slow at its ceiling");
+        }
+        assert!(during.0.iter().all(|s| *s == 200), "no steady request is rejected or fails: {:?}", during.0);
+        let p50 = percentile(&during.1, 0.5);
+        let p99 = percentile(&during.1, 0.99);
+        println!(
+            "flood: slow held at {slow} per replica on {} replicas; steady {} requests, p50 {:.1} ms p99 {:.1} ms (baseline {} requests, p50 {:.1} ms p99 {:.1} ms)",
+            ips.len(),
+            during.1.len(),
+            p50.as_secs_f64() * 1e3,
+            p99.as_secs_f64() * 1e3,
+            base_lat.len(),
+            percentile(&base_lat, 0.5).as_secs_f64() * 1e3,
+            percentile(&base_lat, 0.99).as_secs_f64() * 1e3,
+        );
+        assert!(p99 < Duration::from_secs(1), "steady requests are not held behind slow: p99 {p99:?}");
+        critical
+    };
+    assert!(flood_started.elapsed() < Duration::from_secs(20), "the window ended before slow's requests returned");
+    assert!(critical_status.iter().all(|s| *s == 200), "no critical request is rejected: {critical_status:?}");
+    println!(
+        "flood: critical lane {} requests, p99 {:.1} ms, none rejected",
+        critical_lat.len(),
+        percentile(&critical_lat, 0.99).as_secs_f64() * 1e3
+    );
+
+    // The excess was refused at once; the admitted ones were held until the dependency answered.
+    let results: Vec<(u16, Duration)> = hung.into_iter().map(|h| h.join().expect("slow request")).collect();
+    let rejected: Vec<&(u16, Duration)> = results.iter().filter(|r| r.0 == 503).collect();
+    let admitted = results.iter().filter(|r| r.0 == 200).count();
+    assert_eq!(rejected.len(), EXCESS * ips.len(), "exactly the excess is rejected: {results:?}");
+    assert_eq!(admitted, slow * ips.len(), "exactly the ceiling is admitted: {results:?}");
+    let slowest_rejection = rejected.iter().map(|r| r.1).max().unwrap_or_default();
+    assert!(slowest_rejection < Duration::from_secs(1), "rejected at once, not queued: {slowest_rejection:?}");
+    println!(
+        "flood: {} excess slow requests got 503 within {:.1} ms",
+        rejected.len(),
+        slowest_rejection.as_secs_f64() * 1e3
+    );
+    for ip in ips {
+        let m = metrics(*ip).expect("metrics");
+        let rejected = sample(&m, "bulkhead_proxy_rejected_total{class=\"slow\",reason=\"ceiling\"}");
+        println!("pod {ip}: slow rejected at its ceiling {rejected:?}");
+    }
+}
+
+// --- d. placement on real nodes ---------------------------------------------
+
+fn placement_bulkhead(name: &str, team: &str, pool: &str) -> String {
+    let pods = |app: &str| {
+        format!(
+            "{{namespaceSelector: {{matchLabels: {{team: {team}}}}}, podSelector: {{matchLabels: {{app: {app}}}}}}}"
+        )
+    };
+    format!(
+        r#"apiVersion: bulkhead.dev/v1alpha1
+kind: Bulkhead
+metadata: {{name: {name}}}
+spec:
+  dimension: Criticality
+  layers: [Node]
+  pool: {{resource: connections, capacity: 20}}
+  classes:
+  - name: isolated
+    reserved: 10
+    pods: {isolated}
+    nodes: {{selector: {{matchLabels: {{pool: {pool}}}}}, count: 1}}
+    antiAffinity: {{topologyKey: kubernetes.io/hostname}}
+  - name: rest
+    reserved: 10
+    pods: {rest}
+"#,
+        isolated = pods("isolated"),
+        rest = pods("rest"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_group_holds_its_class_on_real_nodes_and_deleting_restores_the_template() {
+    let _serial = SERIAL.lock().await;
+    let cp = cluster();
+    let client = cp.client().await;
+    let images = Images::get();
+    let team = format!("rp{}", unique_suffix());
+    let ns = TestNamespace::new("rp-place", &[("team", &team)]).await;
+    let pool = format!("rp-{}", unique_suffix());
+    let nodes: Api<Node> = Api::all(client.clone());
+    let real: Vec<String> = nodes
+        .list(&ListParams::default().labels("test.bulkhead.dev/real-node=true"))
+        .await
+        .expect("nodes")
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect();
+    assert_eq!(real.len(), 2, "two real nodes");
+    for n in &real {
+        cp.kubectl(&["label", "node", n, &format!("pool={pool}")]);
+    }
+    cp.apply_yaml(&app_deployment(&ns.name, "isolated", &images.app, 2));
+    cp.apply_yaml(&app_deployment(&ns.name, "rest", &images.app, 2));
+    wait_ready(&client, &ns.name, "app=isolated", 2, ROLLOUT).await;
+    let bh = format!("rp-place-{}", unique_suffix());
+    cp.apply_yaml(&placement_bulkhead(&bh, &team, &pool));
+
+    let claim_key = format!("bulkhead.dev/{bh}");
+    let claimed = wait_for("one real node claimed for `isolated`", Duration::from_secs(60), || async {
+        let list = nodes.list(&ListParams::default().labels(&claim_key)).await.ok()?;
+        (list.items.len() == 1).then(|| list.items[0].metadata.name.clone())?
+    })
+    .await;
+    // The rollout moves every `isolated` pod onto the claimed node, and no `rest` pod stays there.
+    wait_for("isolated pods only on the claimed node, rest pods elsewhere", ROLLOUT, || async {
+        let iso = pods(&client, &ns.name, "app=isolated").await;
+        let rest = pods(&client, &ns.name, "app=rest").await;
+        let settled = iso.len() == 2
+            && iso.iter().all(|p| ready(p) && node_of(p) == claimed)
+            && rest.iter().all(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) != Some(claimed.as_str()));
+        settled.then_some(())
+    })
+    .await;
+    println!("placement: `isolated` runs only on {claimed}");
+
+    cp.kubectl(&["delete", "bulkhead", &bh, "--timeout=60s"]);
+    wait_for("the template is restored and the pods roll back", ROLLOUT, || async {
+        let deploy = Api::<Deployment>::namespaced(client.clone(), &ns.name).get("isolated").await.ok()?;
+        let spec = deploy.spec?.template.spec?;
+        let restored = spec.node_selector.is_none()
+            && spec.tolerations.unwrap_or_default().is_empty()
+            && spec.affinity.is_none()
+            && spec.priority_class_name.is_none();
+        let iso = pods(&client, &ns.name, "app=isolated").await;
+        let rolled = iso.len() == 2
+            && iso.iter().all(|p| {
+                ready(p) && p.spec.as_ref().is_some_and(|s| s.node_selector.is_none() && s.affinity.is_none())
+            });
+        (restored && rolled).then_some(())
+    })
+    .await;
+    let node = nodes.get(&claimed).await.expect("claimed node");
+    let labels = node.metadata.labels.unwrap_or_default();
+    assert!(!labels.contains_key(&claim_key), "the claim label is gone");
+    let taints = node.spec.and_then(|s| s.taints).unwrap_or_default();
+    assert!(!taints.iter().any(|t| t.key == claim_key), "the claim taint is gone: {taints:?}");
+    for n in &real {
+        cp.kubectl(&["label", "node", n, "pool-"]);
+    }
+}
