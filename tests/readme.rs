@@ -103,3 +103,19 @@ fn every_offline_command_in_the_readme_prints_what_it_shows() {
         .env("NO_COLOR", "1")
         .case(&file);
 }
+
+/// The version claim is made once in the chart and repeated in the README:
+/// the two must name the same range.
+#[test]
+fn the_readme_states_the_charts_kube_version() {
+    let chart = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/charts/bulkhead/Chart.yaml"))
+        .expect("Chart.yaml");
+    let range = chart
+        .lines()
+        .find_map(|l| l.strip_prefix("kubeVersion:"))
+        .map(|v| v.trim().trim_matches('"'))
+        .expect("the chart declares kubeVersion");
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).expect("README.md");
+    let claimed = format!("`kubeVersion: \"{range}\"`");
+    assert!(readme.contains(&claimed), "the README's version section states {claimed}");
+}
