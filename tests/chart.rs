@@ -247,7 +247,8 @@ fn events_are_granted_in_namespace_default_only() {
 /// from the exposition of a Metrics with one series in every family.
 fn exported() -> BTreeMap<String, Vec<String>> {
     let m = Metrics::default();
-    m.reconciles.inc();
+    m.record_reconcile(true);
+    m.leader.set(1);
     m.errors.get_or_create(&bulkhead::controller::ErrorLabels { error: "read".into() }).inc();
     m.observe_duration(std::time::Duration::from_millis(3));
     m.record_write("ConfigMap", "apply");
