@@ -91,7 +91,13 @@ fn the_chart_runs_the_operator_locked_down_with_least_privilege() {
 
     // Every verb the code uses and none it does not: writes only where it writes
     // (cluster-wide; Events are granted in one namespace: tests/chart.rs).
-    let role = kind("ClusterRole");
+    // The operator's own ClusterRole: the one its binding names (the
+    // aggregated view/edit roles are for people: tests/chart.rs).
+    let bound = kind("ClusterRoleBinding")["roleRef"]["name"].as_str().expect("roleRef");
+    let role = docs
+        .iter()
+        .find(|d| d["kind"].as_str() == Some("ClusterRole") && d["metadata"]["name"].as_str() == Some(bound))
+        .expect("the bound ClusterRole");
     let mut writes = Vec::new();
     for rule in role["rules"].as_sequence().expect("rules") {
         let verbs: Vec<&str> = rule["verbs"].as_sequence().expect("verbs").iter().filter_map(|v| v.as_str()).collect();
