@@ -492,6 +492,11 @@ fn the_pod_monitor_scrapes_the_port_the_operator_gives_the_sidecar() {
     );
     let monitor = find(&docs, "PodMonitor")[0];
     assert_eq!(monitor["spec"]["podMetricsEndpoints"][0]["port"].as_str(), Some("proxy-metrics"));
+    // A container port name has at most 15 characters: a longer one could never match.
+    for bad in ["monitoring.podMonitor.port=bulkhead-proxy-metrics", "monitoring.podMonitor.path=metrics"] {
+        let out = chart_support::helm_output(3, &["template", "--set", bad]);
+        assert!(!out.status.success(), "{bad} is refused by the schema");
+    }
     assert_eq!(
         serde_json::to_value(&monitor["spec"]["namespaceSelector"]).expect("json"),
         serde_json::json!({"matchNames": ["shop", "search"]})

@@ -60,6 +60,8 @@ fn all_metrics() -> BTreeMap<String, Vec<String>> {
 #[test]
 fn the_dashboard_parses_and_queries_only_exported_metrics() {
     assert!(find(&render(3, &[]), "ConfigMap").is_empty(), "off by default");
+    let typo = chart_support::helm_output(3, &["template", "--set", "grafanaDashboard.enable=true"]);
+    assert!(!typo.status.success(), "an unknown key is refused, not ignored");
     let docs = render(3, &["--set", "grafanaDashboard.enabled=true", "--set", "grafanaDashboard.namespace=monitoring"]);
     let map = find(&docs, "ConfigMap")[0];
     assert_eq!(map["metadata"]["labels"]["grafana_dashboard"].as_str(), Some("1"));
