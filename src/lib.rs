@@ -5,13 +5,14 @@
 //! {controller, offline}`. Everything left of `controller` is pure and shared
 //! by the controller and the offline CLI. `proxy` enforces a pool config at
 //! run time and depends only on `pool_config`; `shard` (shuffle sharding) is
-//! pure and stands alone.
+//! pure and stands alone; `logging` sets up log output for both binaries' modes.
 
 #![forbid(unsafe_code)]
 
 pub mod audit;
 pub mod controller;
 pub mod crd;
+pub mod logging;
 pub mod offline;
 pub mod plan;
 pub mod pool_config;

@@ -218,13 +218,10 @@ fn shard(nodes: usize, shard_size: usize, tenants: u64, output: ShardOutput) -> 
 }
 
 fn init_tracing(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
+    bulkhead::logging::init(match format {
+        LogFormat::Text => bulkhead::logging::LogFormat::Text,
+        LogFormat::Json => bulkhead::logging::LogFormat::Json,
+    });
 }
 
 #[tokio::main]

@@ -25,6 +25,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("offline", &["crd", "pool_config", "snapshot", "select", "plan", "audit", "status"]),
     ("proxy", &["pool_config", "crd"]),
     ("shard", &[]),
+    ("logging", &[]),
 ];
 
 fn src() -> PathBuf {

@@ -91,7 +91,13 @@ fn the_chart_runs_the_operator_locked_down_with_least_privilege() {
 
     // Every verb the code uses and none it does not: writes only where it writes
     // (cluster-wide; Events are granted in one namespace: tests/chart.rs).
-    let role = kind("ClusterRole");
+    // The operator's own ClusterRole: the one its binding names (the
+    // aggregated view/edit roles are for people: tests/chart.rs).
+    let bound = kind("ClusterRoleBinding")["roleRef"]["name"].as_str().expect("roleRef");
+    let role = docs
+        .iter()
+        .find(|d| d["kind"].as_str() == Some("ClusterRole") && d["metadata"]["name"].as_str() == Some(bound))
+        .expect("the bound ClusterRole");
     let mut writes = Vec::new();
     for rule in role["rules"].as_sequence().expect("rules") {
         let verbs: Vec<&str> = rule["verbs"].as_sequence().expect("verbs").iter().filter_map(|v| v.as_str()).collect();
@@ -120,4 +126,52 @@ fn the_chart_runs_the_operator_locked_down_with_least_privilege() {
             "statefulsets"
         ]
     );
+}
+
+/// What `kubectl explain bulkhead` and `kubectl get` show a user: no names
+/// from the code, every condition type, whole numbers as integers, and the
+/// columns an on-call engineer looks for first.
+#[test]
+fn explain_text_and_columns_speak_to_users() {
+    let yaml = bulkhead::crd::crd_yaml();
+    let crd: serde_json::Value = serde_yaml::from_str(&yaml).expect("CRD YAML");
+    let mut descriptions = Vec::new();
+    fn collect(v: &serde_json::Value, out: &mut Vec<String>) {
+        match v {
+            serde_json::Value::Object(map) => {
+                if let Some(d) = map.get("description").and_then(|d| d.as_str()) {
+                    out.push(d.to_string());
+                }
+                map.values().for_each(|v| collect(v, out));
+            }
+            serde_json::Value::Array(items) => items.iter().for_each(|v| collect(v, out)),
+            _ => {}
+        }
+    }
+    collect(&crd["spec"]["versions"][0]["schema"], &mut descriptions);
+    let constant = regex::Regex::new(r"\b[A-Z][A-Z0-9]*_[A-Z0-9_]+\b").expect("regex");
+    for d in &descriptions {
+        assert!(!constant.is_match(d), "a code constant in the explain text: {d:?}");
+    }
+    let status = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"];
+    let conditions = status["conditions"]["description"].as_str().expect("conditions description");
+    for t in bulkhead::status::CONDITION_TYPES {
+        assert!(conditions.contains(t), "status.conditions does not name {t}: {conditions:?}");
+    }
+    let pairs = status["layers"]["items"]["properties"]["pairs"]["description"].as_str().expect("pairs description");
+    assert!(pairs.contains(&format!("at most {}", bulkhead::crd::MAX_PAIRS_LISTED)), "{pairs:?}");
+    let float_bound = regex::Regex::new(r"(?m)^\s*(minimum|maximum): -?[0-9]+\.0$").expect("regex");
+    assert!(!float_bound.is_match(&yaml), "a whole bound written as a float");
+    assert!(yaml.contains("maximum: 4294967295\n"), "u32 bounds are still there, as integers");
+
+    let version = &crd["spec"]["versions"][0];
+    let columns: Vec<(&str, i64)> = version["additionalPrinterColumns"]
+        .as_array()
+        .expect("columns")
+        .iter()
+        .map(|c| (c["name"].as_str().expect("name"), c["priority"].as_i64().unwrap_or(0)))
+        .collect();
+    assert!(columns.contains(&("Isolated", 0)), "{columns:?}");
+    assert!(columns.contains(&("Message", 1)), "{columns:?}");
+    assert_eq!(crd["spec"]["names"]["categories"], serde_json::json!(["bulkhead-dev"]));
 }

@@ -1,58 +1,26 @@
 //! The Helm chart rendered, no cluster: Helm 3 and Helm 4 agree on it, the
 //! operator pod and the sidecar it injects meet the restricted Pod Security
 //! Standard, Events are written in one namespace only, and the optional
-//! monitoring objects select the real Service and alert on metrics the
-//! operator exports. (Installing, upgrading and uninstalling on a real API
+//! monitoring objects select the real Service, the sidecars' real port, and
+//! alert on metrics the operator exports; every optional value (security
+//! contexts, extraArgs, PodDisruptionBudget, topology spread, aggregated
+//! roles) renders as documented in the chart README. (The Grafana dashboard:
+//! tests/dashboard.rs. Installing, upgrading and uninstalling on a real API
 //! server: tests/ops_e2e.rs.)
 
-use std::{collections::BTreeMap, process::Command};
-
 use bulkhead::{
-    controller::Metrics,
     crd::Bulkhead,
     plan::{changes, Change, PlanConfig},
     select::Selection,
     snapshot::Snapshot,
     status::{FUNDED, ISOLATED, READY},
 };
-use promql_parser::{
-    label::MatchOp,
-    parser::{Expr, VectorSelector},
-    util::{walk_expr, ExprVisitor},
-};
+use promql_parser::{label::MatchOp, util::walk_expr};
 use serde_yaml::Value;
 
-fn helm(major: u8, args: &[&str]) -> String {
-    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let out = Command::new(root.join("tests/helm"))
-        .arg(args[0])
-        .args(["--major", &major.to_string()])
-        .args(&args[1..])
-        .output()
-        .expect("tests/helm runs");
-    assert!(
-        out.status.success(),
-        "tests/helm {} (Helm {major}) failed:\n{}\n{}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn render(major: u8, args: &[&str]) -> Vec<Value> {
-    let mut all = vec!["template"];
-    all.extend_from_slice(args);
-    let rendered = helm(major, &all);
-    serde_yaml::Deserializer::from_str(&rendered)
-        .map(|d| serde::Deserialize::deserialize(d).expect("rendered YAML"))
-        .filter(|v: &Value| !v.is_null())
-        .collect()
-}
-
-fn find<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
-    docs.iter().filter(|d| d["kind"].as_str() == Some(kind)).collect()
-}
+#[path = "support/chart.rs"]
+mod chart_support;
+use chart_support::{exported, find, helm, render, Selectors};
 
 #[test]
 fn helm_3_and_helm_4_lint_the_chart_and_render_the_same_objects() {
@@ -60,7 +28,26 @@ fn helm_3_and_helm_4_lint_the_chart_and_render_the_same_objects() {
         let out = helm(major, &["lint"]);
         assert!(out.contains("0 chart(s) failed"), "Helm {major}: {out}");
     }
-    let on = ["--set", "monitoring.serviceMonitor.enabled=true", "--set", "monitoring.prometheusRule.enabled=true"];
+    let on = [
+        "--set",
+        "monitoring.serviceMonitor.enabled=true",
+        "--set",
+        "monitoring.prometheusRule.enabled=true",
+        "--set",
+        "monitoring.podMonitor.enabled=true",
+        "--set",
+        "grafanaDashboard.enabled=true",
+        "--set",
+        "podDisruptionBudget.enabled=true",
+        "--set",
+        "topologySpreadConstraints[0].maxSkew=1",
+        "--set",
+        "topologySpreadConstraints[0].topologyKey=kubernetes.io/hostname",
+        "--set",
+        "topologySpreadConstraints[0].whenUnsatisfiable=ScheduleAnyway",
+        "--set",
+        "extraArgs={--lease-name,b}",
+    ];
     for args in [&[][..], &on[..]] {
         assert_eq!(render(3, args), render(4, args), "Helm 3 and 4 disagree with {args:?}");
     }
@@ -175,8 +162,8 @@ fn the_operator_pod_meets_the_restricted_pod_security_standard() {
     }
 }
 
-#[test]
-fn the_injected_proxy_sidecar_meets_the_restricted_pod_security_standard_on_its_own() {
+/// The pod template of a Deployment after the operator injected the sidecar.
+fn injected_pod() -> Value {
     let bulkhead: Bulkhead = serde_yaml::from_str(
         "apiVersion: bulkhead.dev/v1alpha1\nkind: Bulkhead\nmetadata: {name: shop, uid: u-1}\nspec:\n  dimension: Dependency\n  \
          pool: {resource: requests, capacity: 100}\n  workload:\n    namespace: shop\n    selector: {matchLabels: {app: api}}\n    \
@@ -207,7 +194,12 @@ fn the_injected_proxy_sidecar_meets_the_restricted_pod_security_standard_on_its_
         .map(|body| serde_json::from_value(body).expect("yaml value"))
         .collect();
     assert_eq!(injected.len(), 1, "one Deployment gets the sidecar");
-    let pod = &injected[0]["spec"]["template"]["spec"];
+    injected[0]["spec"]["template"]["spec"].clone()
+}
+
+#[test]
+fn the_injected_proxy_sidecar_meets_the_restricted_pod_security_standard_on_its_own() {
+    let pod = &injected_pod();
     let sidecars = pod["containers"].as_sequence().expect("containers");
     assert!(!sidecars.is_empty());
     for c in sidecars {
@@ -241,45 +233,6 @@ fn events_are_granted_in_namespace_default_only() {
         find(&docs, "RoleBinding").into_iter().find(|b| b["roleRef"]["name"].as_str() == Some("bulkhead-events"));
     let binding = binding.expect("a binding of the events Role");
     assert_eq!(binding["subjects"][0]["namespace"].as_str(), Some("bulkhead-system"));
-}
-
-/// Metric names a selector may use, with the labels each sample carries:
-/// from the exposition of a Metrics with one series in every family.
-fn exported() -> BTreeMap<String, Vec<String>> {
-    let m = Metrics::default();
-    m.reconciles.inc();
-    m.errors.get_or_create(&bulkhead::controller::ErrorLabels { error: "read".into() }).inc();
-    m.observe_duration(std::time::Duration::from_millis(3));
-    m.record_write("ConfigMap", "apply");
-    let condition: k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition = serde_json::from_value(
-        serde_json::json!({"type": "Ready", "status": "True", "reason": "R", "message": "", "lastTransitionTime": "2026-12-03T00:00:00Z"}),
-    )
-    .expect("condition");
-    m.record_conditions("bh", &[condition]);
-    let mut names: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for line in m.encode().lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
-        let (series, _) = line.rsplit_once(' ').expect("sample line");
-        let (name, labels) = series.split_once('{').unwrap_or((series, ""));
-        let labels =
-            labels.trim_end_matches('}').split(',').filter_map(|kv| kv.split_once('=')).map(|(k, _)| k.to_string());
-        names.entry(name.to_string()).or_default().extend(labels);
-    }
-    names
-}
-
-#[derive(Default)]
-struct Selectors(Vec<VectorSelector>);
-
-impl ExprVisitor for Selectors {
-    type Error = ();
-    fn pre_visit(&mut self, expr: &Expr) -> Result<bool, ()> {
-        match expr {
-            Expr::VectorSelector(vs) => self.0.push(vs.clone()),
-            Expr::MatrixSelector(ms) => self.0.push(ms.vs.clone()),
-            _ => {}
-        }
-        Ok(true)
-    }
 }
 
 #[test]
@@ -341,4 +294,242 @@ fn monitoring_is_off_by_default_and_when_on_scrapes_the_service_and_alerts_on_ex
     let mut bogus = Selectors::default();
     walk_expr(&mut bogus, &promql_parser::parser::parse("bulkhead_no_such_metric == 1").expect("parse")).expect("walk");
     assert!(!exported.contains_key(bogus.0[0].name.as_deref().expect("name")));
+}
+
+fn deployment_pod(docs: &[Value]) -> Value {
+    find(docs, "Deployment")[0]["spec"]["template"]["spec"].clone()
+}
+
+#[test]
+fn security_contexts_default_to_restricted_and_openshift_can_leave_the_ids_out() {
+    let pod = deployment_pod(&render(3, &[]));
+    let container = &pod["containers"][0]["securityContext"];
+    for (sc, key) in
+        [(&pod["securityContext"], "fsGroup"), (container, "runAsUser"), (&pod["securityContext"], "runAsUser")]
+    {
+        assert_eq!(sc[key].as_u64(), Some(65532), "{key} by default: {sc:?}");
+    }
+    // OpenShift's restricted SCC assigns the ids from the namespace's range.
+    let unset = [
+        "--set",
+        "podSecurityContext.runAsUser=null",
+        "--set",
+        "podSecurityContext.runAsGroup=null",
+        "--set",
+        "podSecurityContext.fsGroup=null",
+        "--set",
+        "containerSecurityContext.runAsUser=null",
+        "--set",
+        "containerSecurityContext.runAsGroup=null",
+    ];
+    for major in [3, 4] {
+        let pod = deployment_pod(&render(major, &unset));
+        let text = serde_yaml::to_string(&pod).expect("yaml");
+        for id in ["runAsUser", "runAsGroup", "fsGroup"] {
+            assert!(!text.contains(id), "Helm {major}: {id} left in:\n{text}");
+        }
+        // Still restricted: non-root is required, not assumed from an id.
+        assert_eq!(restricted_violations(&pod), Vec::<String>::new(), "Helm {major}");
+    }
+    // A value the schema refuses.
+    let out = chart_support::helm_output(3, &["template", "--set", "podSecurityContext.runAsUser=-1"]);
+    assert!(!out.status.success(), "a negative uid is refused");
+}
+
+#[test]
+fn extra_args_a_disruption_budget_and_topology_spread_are_optional_values() {
+    let docs = render(3, &[]);
+    assert!(find(&docs, "PodDisruptionBudget").is_empty());
+    assert!(deployment_pod(&docs).get("topologySpreadConstraints").is_none());
+    let docs = render(
+        3,
+        &[
+            "--set",
+            "extraArgs={--lease-name,bulkhead-b}",
+            "--set",
+            "podDisruptionBudget.enabled=true",
+            "--set",
+            "replicaCount=2",
+            "--set",
+            "topologySpreadConstraints[0].maxSkew=1",
+            "--set",
+            "topologySpreadConstraints[0].topologyKey=topology.kubernetes.io/zone",
+            "--set",
+            "topologySpreadConstraints[0].whenUnsatisfiable=ScheduleAnyway",
+        ],
+    );
+    let deployment = find(&docs, "Deployment")[0];
+    let pod = &deployment["spec"]["template"]["spec"];
+    let args: Vec<&str> =
+        pod["containers"][0]["args"].as_sequence().expect("args").iter().filter_map(Value::as_str).collect();
+    assert_eq!(args[args.len() - 2..], ["--lease-name", "bulkhead-b"], "{args:?}");
+    let pdb = find(&docs, "PodDisruptionBudget")[0];
+    assert_eq!(pdb["apiVersion"].as_str(), Some("policy/v1"));
+    assert_eq!(pdb["spec"]["maxUnavailable"].as_u64(), Some(1));
+    assert!(pdb["spec"].get("minAvailable").is_none());
+    let pod_labels = &deployment["spec"]["template"]["metadata"]["labels"];
+    let spread = &pod["topologySpreadConstraints"][0];
+    assert_eq!(spread["topologyKey"].as_str(), Some("topology.kubernetes.io/zone"));
+    for selector in [&pdb["spec"]["selector"]["matchLabels"], &spread["labelSelector"]["matchLabels"]] {
+        let selector = selector.as_mapping().expect("matchLabels");
+        assert!(!selector.is_empty());
+        for (k, v) in selector {
+            assert_eq!(&pod_labels[k], v, "selects the operator pods by {k:?}");
+        }
+    }
+    // minAvailable wins over maxUnavailable; a selector given is kept.
+    let docs = render(
+        3,
+        &[
+            "--set",
+            "podDisruptionBudget.enabled=true",
+            "--set",
+            "podDisruptionBudget.minAvailable=50%",
+            "--set",
+            "topologySpreadConstraints[0].maxSkew=2",
+            "--set",
+            "topologySpreadConstraints[0].topologyKey=kubernetes.io/hostname",
+            "--set",
+            "topologySpreadConstraints[0].whenUnsatisfiable=DoNotSchedule",
+            "--set",
+            "topologySpreadConstraints[0].labelSelector.matchLabels.app=mine",
+        ],
+    );
+    let pdb = find(&docs, "PodDisruptionBudget")[0];
+    assert_eq!(pdb["spec"]["minAvailable"].as_str(), Some("50%"));
+    assert!(pdb["spec"].get("maxUnavailable").is_none());
+    let spread = &deployment_pod(&docs)["topologySpreadConstraints"][0];
+    assert_eq!(
+        serde_json::to_value(&spread["labelSelector"]).expect("json"),
+        serde_json::json!({"matchLabels": {"app": "mine"}})
+    );
+    for bad in ["podDisruptionBudget.minAvailable=half", "topologySpreadConstraints[0].maxSkew=1"] {
+        let out = chart_support::helm_output(3, &["template", "--set", bad]);
+        assert!(!out.status.success(), "{bad} is refused by the schema");
+    }
+}
+
+#[test]
+fn bulkheads_are_aggregated_into_the_view_edit_and_admin_roles() {
+    let docs = render(3, &[]);
+    let aggregated = |docs: &[Value], to: &str| -> Vec<serde_json::Value> {
+        find(docs, "ClusterRole")
+            .into_iter()
+            .filter(|r| {
+                r["metadata"]["labels"][format!("rbac.authorization.k8s.io/aggregate-to-{to}")].as_str() == Some("true")
+            })
+            .map(|r| serde_json::to_value(&r["rules"]).expect("json"))
+            .collect()
+    };
+    let view = aggregated(&docs, "view");
+    assert_eq!(
+        view,
+        [
+            serde_json::json!([{"apiGroups": ["bulkhead.dev"], "resources": ["bulkheads", "bulkheads/status"], "verbs": ["get", "list", "watch"]}])
+        ]
+    );
+    let edit = aggregated(&docs, "edit");
+    assert_eq!(edit.len(), 2, "view's rules and edit's own: {edit:?}");
+    assert!(edit.contains(&serde_json::json!([{"apiGroups": ["bulkhead.dev"], "resources": ["bulkheads"],
+        "verbs": ["create", "update", "patch", "delete", "deletecollection"]}])));
+    assert_eq!(aggregated(&docs, "admin").len(), 2);
+    // The status is the operator's alone.
+    assert!(!serde_json::to_string(&edit).expect("json").contains("bulkheads/status\"],\"verbs\":[\"create"));
+    let off = render(3, &["--set", "rbac.aggregateToView=false", "--set", "rbac.aggregateToEdit=false"]);
+    assert!(aggregated(&off, "view").is_empty() && aggregated(&off, "edit").is_empty());
+    let none = render(3, &["--set", "rbac.create=false"]);
+    assert!(find(&none, "ClusterRole").is_empty());
+}
+
+#[test]
+fn the_prometheus_annotations_go_when_a_service_monitor_scrapes() {
+    let annotations = |args: &[&str]| {
+        let docs = render(3, args);
+        let service = find(&docs, "Service")[0];
+        service["metadata"]["annotations"].as_mapping().map(|m| m.len()).unwrap_or(0)
+    };
+    assert_eq!(annotations(&[]), 3, "prometheus.io/scrape, port, path by default");
+    assert_eq!(annotations(&["--set", "monitoring.serviceMonitor.enabled=true"]), 0);
+    assert_eq!(
+        annotations(&["--set", "monitoring.serviceMonitor.enabled=true", "--set", "service.annotations.team=a"]),
+        1,
+        "the Service's own annotations stay"
+    );
+}
+
+#[test]
+fn the_pod_monitor_scrapes_the_port_the_operator_gives_the_sidecar() {
+    assert!(find(&render(3, &[]), "PodMonitor").is_empty(), "off by default");
+    let docs = render(3, &["--set", "monitoring.podMonitor.enabled=true"]);
+    let monitor = find(&docs, "PodMonitor")[0];
+    assert_eq!(monitor["apiVersion"].as_str(), Some("monitoring.coreos.com/v1"));
+    assert_eq!(monitor["spec"]["namespaceSelector"]["any"].as_bool(), Some(true));
+    let endpoint = &monitor["spec"]["podMetricsEndpoints"][0];
+    assert_eq!(endpoint["path"].as_str(), Some("/metrics"));
+    // Prometheus keeps only pods with a container port of this name: the one
+    // the injection gives the sidecar's admin server.
+    let port = endpoint["port"].as_str().expect("port name");
+    let pod = injected_pod();
+    let named: Vec<&str> = pod["containers"]
+        .as_sequence()
+        .expect("containers")
+        .iter()
+        .flat_map(|c| c["ports"].as_sequence().into_iter().flatten())
+        .filter_map(|p| p["name"].as_str())
+        .collect();
+    assert!(named.contains(&port), "{port} is not a port of the injected sidecar: {named:?}");
+    // The port is a value (the proxy may serve metrics on a port of its own).
+    let docs = render(
+        3,
+        &[
+            "--set",
+            "monitoring.podMonitor.enabled=true",
+            "--set",
+            "monitoring.podMonitor.port=proxy-metrics",
+            "--set",
+            "monitoring.podMonitor.namespaces={shop,search}",
+        ],
+    );
+    let monitor = find(&docs, "PodMonitor")[0];
+    assert_eq!(monitor["spec"]["podMetricsEndpoints"][0]["port"].as_str(), Some("proxy-metrics"));
+    // A container port name has at most 15 characters: a longer one could never match.
+    for bad in ["monitoring.podMonitor.port=bulkhead-proxy-metrics", "monitoring.podMonitor.path=metrics"] {
+        let out = chart_support::helm_output(3, &["template", "--set", bad]);
+        assert!(!out.status.success(), "{bad} is refused by the schema");
+    }
+    assert_eq!(
+        serde_json::to_value(&monitor["spec"]["namespaceSelector"]).expect("json"),
+        serde_json::json!({"matchNames": ["shop", "search"]})
+    );
+}
+
+#[test]
+fn the_chart_readme_documents_every_value() {
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("charts/bulkhead/README.md")).expect("charts/bulkhead/README.md");
+    let values: Value =
+        serde_yaml::from_str(&std::fs::read_to_string(root.join("charts/bulkhead/values.yaml")).expect("values"))
+            .expect("yaml");
+    fn leaves(prefix: &str, v: &Value, out: &mut Vec<String>) {
+        match v.as_mapping() {
+            Some(m) if !m.is_empty() => {
+                for (k, v) in m {
+                    let k = k.as_str().expect("string key");
+                    let path = if prefix.is_empty() { k.to_string() } else { format!("{prefix}.{k}") };
+                    leaves(&path, v, out);
+                }
+            }
+            _ => out.push(prefix.to_string()),
+        }
+    }
+    let mut keys = Vec::new();
+    leaves("", &values, &mut keys);
+    // A value is documented by its own row or by a row of the object it is
+    // part of (`podSecurityContext` covers its fields).
+    let documented = |key: &str| {
+        let parts: Vec<&str> = key.split('.').collect();
+        (1..=parts.len()).any(|n| readme.contains(&format!("| `{}` |", parts[..n].join("."))))
+    };
+    let missing: Vec<&String> = keys.iter().filter(|k| !documented(k)).collect();
+    assert!(missing.is_empty(), "values not in charts/bulkhead/README.md: {missing:?}");
 }

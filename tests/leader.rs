@@ -24,6 +24,12 @@ async fn holder(leases: &Api<Lease>) -> Option<String> {
     leases.get("bulkhead-operator").await.ok()?.spec?.holder_identity
 }
 
+/// The value of `bulkhead_leader` an operator serves.
+fn leader_gauge(op: &Operator) -> Option<f64> {
+    let (_, body) = op.http_get("/metrics")?;
+    body.lines().find_map(|l| l.strip_prefix("bulkhead_leader ")).and_then(|v| v.trim().parse().ok())
+}
+
 async fn reconciled(api: &Api<Bulkhead>, name: &str) -> Option<()> {
     let bh = api.get(name).await.ok()?;
     bh.status?.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True").then_some(())
@@ -47,6 +53,8 @@ async fn only_the_lease_holder_reconciles_and_a_standby_takes_over() {
     wait_for("the leader reconciles", Duration::from_secs(30), || reconciled(&bulkheads, &one)).await;
     assert!(second.log_text().contains("waiting for the leader lease"), "{}", second.log_text());
     assert!(!second.log_text().contains("applied"), "the standby wrote nothing:\n{}", second.log_text());
+    assert_eq!(leader_gauge(&first), Some(1.0), "the holder says it leads");
+    assert_eq!(leader_gauge(&second), Some(0.0), "the standby says it does not");
 
     assert!(first.stop(), "the leader exits on SIGTERM:\n{}", first.log_text());
     wait_for("replica-b takes the lease", Duration::from_secs(60), || async {
@@ -56,6 +64,7 @@ async fn only_the_lease_holder_reconciles_and_a_standby_takes_over() {
     let two = format!("leader-two-{}", unique_suffix());
     cp.apply_yaml(&bulkhead_yaml(&two));
     wait_for("the new leader reconciles", Duration::from_secs(30), || reconciled(&bulkheads, &two)).await;
+    assert_eq!(leader_gauge(&second), Some(1.0), "the new holder says it leads");
     // Deleting goes through the operator's finalizer: do it while one runs.
     cp.kubectl(&["delete", "bulkhead", &one, &two, "--timeout=30s"]);
     assert!(second.stop(), "the second replica exits on SIGTERM");

@@ -183,7 +183,11 @@ async fn settled_state(client: &Client, ns: &str, names: &[String]) -> BTreeMap<
 
 fn reconciles(op: &Operator) -> Option<u64> {
     let (_, body) = op.http_get("/metrics")?;
-    body.lines().find_map(|l| l.strip_prefix("bulkhead_reconciles_total ")).and_then(|v| v.trim().parse().ok())
+    // Summed over results (success, error).
+    body.lines()
+        .filter_map(|l| l.strip_prefix("bulkhead_reconciles_total{"))
+        .map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.trim().parse::<u64>().ok()))
+        .sum()
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -1,11 +1,15 @@
 //! Prometheus metrics: reconcile counts, errors by kind, durations, the
 //! planned numbers per class, and each Bulkhead's conditions (what the chart's
-//! PrometheusRule alerts on).
+//! PrometheusRule alerts on), plus the conventions of every operator:
+//! reconciles by result, build_info, a leader gauge and process_*.
 
 use std::time::Duration;
 
 use prometheus_client::{
-    encoding::{text::encode, EncodeLabelSet},
+    encoding::{
+        text::{encode_eof, encode_registry},
+        EncodeLabelSet,
+    },
     metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
     registry::Registry,
 };
@@ -19,6 +23,17 @@ use crate::{
 
 /// The statuses a condition can have; each gets a series (1 for the current one).
 const CONDITION_STATUSES: [&str; 3] = ["True", "False", "Unknown"];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    /// success or error, as controller-runtime's reconcile_total counts them.
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabels {
+    pub version: &'static str,
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabels {
@@ -53,11 +68,17 @@ pub struct WriteLabels {
 
 pub struct Metrics {
     registry: Registry,
+    /// Unprefixed: process_* are named the same in every program.
+    process: Registry,
     /// Classes each Bulkhead last reported, so a removed class's series go too.
     classes: std::sync::Mutex<std::collections::HashMap<String, Vec<String>>>,
     /// Condition types each Bulkhead last reported, for the same reason.
     condition_types: std::sync::Mutex<std::collections::HashMap<String, Vec<String>>>,
-    pub reconciles: Counter,
+    /// Reconciles finished, by result.
+    pub reconciles: Family<ResultLabels, Counter>,
+    /// 1 while this replica reconciles (holds the Lease, or runs without
+    /// leader election); 0 on a standby.
+    pub leader: Gauge,
     /// Reconciles that reused the last evaluation (nothing it read changed).
     pub evaluations_reused: Counter,
     /// Reconciles that reused the last plan and ran only the audit again.
@@ -74,7 +95,7 @@ pub struct Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::with_prefix("bulkhead");
-        let reconciles = Counter::default();
+        let (reconciles, leader) = register_conventions(&mut registry);
         let evaluations_reused = Counter::default();
         let plans_reused = Counter::default();
         let errors = Family::<ErrorLabels, Counter>::default();
@@ -84,7 +105,6 @@ impl Default for Metrics {
         let ceiling = Family::<ClassLabels, Gauge>::default();
         let layers = Family::<LayerLabels, Gauge>::default();
         let conditions = Family::<ConditionLabels, Gauge>::default();
-        registry.register("reconciles", "Reconciles started", reconciles.clone());
         registry.register(
             "evaluations_reused",
             "Reconciles that reused the Bulkhead's last evaluation: nothing it reads had changed",
@@ -116,11 +136,15 @@ impl Default for Metrics {
             "1 for the status (True, False, Unknown) each condition of each Bulkhead has, else 0",
             conditions.clone(),
         );
+        let mut process = Registry::default();
+        process.register_collector(Box::new(super::process_metrics::ProcessCollector));
         Self {
             registry,
+            process,
             classes: Default::default(),
             condition_types: Default::default(),
             reconciles,
+            leader,
             evaluations_reused,
             plans_reused,
             errors,
@@ -134,7 +158,30 @@ impl Default for Metrics {
     }
 }
 
+/// What every operator exports (controller-runtime, cert-manager, Kueue):
+/// reconciles by result, the build, and whether this replica leads.
+fn register_conventions(registry: &mut Registry) -> (Family<ResultLabels, Counter>, Gauge) {
+    let reconciles = Family::<ResultLabels, Counter>::default();
+    registry.register("reconciles", "Reconciles finished, by result (success, error)", reconciles.clone());
+    let build = Family::<BuildLabels, Gauge>::default();
+    build.get_or_create(&BuildLabels { version: env!("CARGO_PKG_VERSION") }).set(1);
+    registry.register("build_info", "1, labelled with the version of the running operator", build);
+    let leader = Gauge::default();
+    registry.register(
+        "leader",
+        "1 while this replica reconciles (holds the leader Lease, or runs without leader election), else 0",
+        leader.clone(),
+    );
+    (reconciles, leader)
+}
+
 impl Metrics {
+    /// One reconcile finished.
+    pub fn record_reconcile(&self, succeeded: bool) {
+        let result = if succeeded { "success" } else { "error" };
+        self.reconciles.get_or_create(&ResultLabels { result }).inc();
+    }
+
     pub fn observe_duration(&self, took: Duration) {
         self.duration.observe(took.as_secs_f64());
     }
@@ -235,7 +282,9 @@ impl Metrics {
     pub fn encode(&self) -> String {
         let mut out = String::new();
         // Encoding into a String cannot fail.
-        let _ = encode(&mut out, &self.registry);
+        let _ = encode_registry(&mut out, &self.registry)
+            .and_then(|()| encode_registry(&mut out, &self.process))
+            .and_then(|()| encode_eof(&mut out));
         out
     }
 }
@@ -252,6 +301,41 @@ mod tests {
             classes.join(", ")
         ))
         .expect("spec")
+    }
+
+    /// Value of one sample line, e.g. `bulkhead_leader 0`.
+    fn sample(text: &str, series: &str) -> Option<f64> {
+        text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    #[test]
+    fn reconciles_by_result_build_info_leader_and_process_metrics_are_exported() {
+        let m = Metrics::default();
+        m.record_reconcile(true);
+        m.record_reconcile(true);
+        m.record_reconcile(false);
+        m.leader.set(1);
+        let text = m.encode();
+        assert_eq!(sample(&text, r#"bulkhead_reconciles_total{result="success"}"#), Some(2.0), "{text}");
+        assert_eq!(sample(&text, r#"bulkhead_reconciles_total{result="error"}"#), Some(1.0), "{text}");
+        let build = format!(r#"bulkhead_build_info{{version="{}"}}"#, env!("CARGO_PKG_VERSION"));
+        assert_eq!(sample(&text, &build), Some(1.0), "{text}");
+        assert_eq!(sample(&text, "bulkhead_leader"), Some(1.0), "{text}");
+        // A test process may not have used a whole clock tick yet.
+        assert!(sample(&text, "process_cpu_seconds_total").is_some_and(|v| v >= 0.0), "{text}");
+        for unprefixed in [
+            "process_resident_memory_bytes",
+            "process_virtual_memory_bytes",
+            "process_start_time_seconds",
+            "process_open_fds",
+            "process_max_fds",
+            "process_threads",
+        ] {
+            assert!(sample(&text, unprefixed).is_some_and(|v| v > 0.0), "{unprefixed} in:\n{text}");
+        }
+        // One exposition: a single EOF, at the end.
+        assert_eq!(text.matches("# EOF").count(), 1);
+        assert!(text.ends_with("# EOF\n"));
     }
 
     #[test]

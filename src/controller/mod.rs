@@ -13,6 +13,7 @@ mod http;
 mod leader;
 mod metrics;
 mod observe;
+mod process_metrics;
 mod reconcile;
 mod recorder;
 mod refusals;
@@ -108,6 +109,8 @@ pub async fn run(client: Client, options: RunOptions) -> Result<(), Error> {
         }
         None => None,
     };
+    ctx.metrics.leader.set(1);
+    let metrics = ctx.metrics.clone();
     let lost_leadership = leadership.as_ref().map(leader::Leadership::lost);
     let shutdown = async move {
         match lost_leadership {
@@ -143,6 +146,7 @@ pub async fn run(client: Client, options: RunOptions) -> Result<(), Error> {
         })
         .await;
     info!("shutting down");
+    metrics.leader.set(0);
     // Only now, with no reconcile left in flight, may a standby start writing.
     if let Some(leadership) = leadership {
         leadership.release().await;

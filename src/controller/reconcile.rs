@@ -38,13 +38,13 @@ use crate::{
 const RESYNC: Duration = Duration::from_secs(300);
 
 pub async fn reconcile(obj: Arc<DeserializeGuard<Bulkhead>>, ctx: Arc<Context>) -> Result<Action, Error> {
-    ctx.metrics.reconciles.inc();
     let started = Instant::now();
     let result = match &obj.0 {
         Ok(bulkhead) => reconcile_bulkhead(bulkhead, &ctx).await,
         Err(invalid) => report_undecodable(&invalid.metadata, &invalid.error, &ctx).await,
     };
     ctx.metrics.observe_duration(started.elapsed());
+    ctx.metrics.record_reconcile(result.is_ok());
     if result.is_ok() {
         ctx.backoff.reset(&obj.name_any());
     }

@@ -49,6 +49,16 @@ async fn run(
     snapshot: Snapshot,
     answer: impl Fn(&Seen) -> (u16, Value),
 ) -> (Result<Action, Error>, Vec<Seen>) {
+    run_counted(obj, snapshot, answer, Arc::new(Metrics::default())).await
+}
+
+/// `run`, counting into `metrics`.
+async fn run_counted(
+    obj: DeserializeGuard<Bulkhead>,
+    snapshot: Snapshot,
+    answer: impl Fn(&Seen) -> (u16, Value),
+    metrics: Arc<Metrics>,
+) -> (Result<Action, Error>, Vec<Seen>) {
     // A status write answers with the whole object, as the API server does.
     let object = obj.0.as_ref().ok().map(|b| serde_json::to_value(b).expect("a Bulkhead serialises"));
     let (service, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
@@ -56,7 +66,7 @@ async fn run(
     let ctx = Arc::new(Context {
         client: client.clone(),
         events: EventRecorder::new(client, Reporter { controller: "bulkhead".into(), instance: None }),
-        metrics: Arc::new(Metrics::default()),
+        metrics,
         snapshot: SharedSnapshot::listed(snapshot),
         backoff: Backoff::default(),
         config: Config::default(),
@@ -217,6 +227,22 @@ async fn an_unchanged_cluster_gets_no_request_at_all() {
     let (result, seen) = run(DeserializeGuard(Ok(bh)), snapshot, echo).await;
     assert!(result.is_ok(), "{result:?}");
     assert!(seen.is_empty(), "no request at rest: {:?}", seen.iter().map(Seen::line).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn each_reconcile_is_counted_by_result() {
+    let metrics = Arc::new(Metrics::default());
+    let mut bh = pooled();
+    bh.metadata.finalizers = None;
+    let (result, _) = run_counted(DeserializeGuard(Ok(bh.clone())), shop(), echo, metrics.clone()).await;
+    assert!(result.is_ok(), "{result:?}");
+    let (result, _) =
+        run_counted(DeserializeGuard(Ok(bh)), shop(), |_| status(500, "InternalError", "down"), metrics.clone()).await;
+    assert!(result.is_err(), "{result:?}");
+    let text = metrics.encode();
+    for line in [r#"bulkhead_reconciles_total{result="success"} 1"#, r#"bulkhead_reconciles_total{result="error"} 1"#] {
+        assert!(text.lines().any(|l| l == line), "{line} missing in:\n{text}");
+    }
 }
 
 #[tokio::test]

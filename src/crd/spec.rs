@@ -29,12 +29,16 @@ pub const DNS_LABEL_PATTERN: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
     plural = "bulkheads",
     doc = "A Bulkhead partitions one resource between classes of work and reports where they still share a layer.",
     shortname = "bh",
+    // `kubectl get bulkhead-dev` lists every kind of this API group (one so far).
+    category = "bulkhead-dev",
     status = "BulkheadStatus",
     printcolumn = r#"{"name":"Dimension","type":"string","jsonPath":".spec.dimension"}"#,
     printcolumn = r#"{"name":"Classes","type":"integer","jsonPath":".status.classCount"}"#,
     printcolumn = r#"{"name":"Funded","type":"string","jsonPath":".status.conditions[?(@.type==\"Funded\")].status"}"#,
+    printcolumn = r#"{"name":"Isolated","type":"string","jsonPath":".status.conditions[?(@.type==\"Isolated\")].status"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
-    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    printcolumn = r#"{"name":"Message","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].message"}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct BulkheadSpec {

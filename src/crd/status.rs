@@ -13,7 +13,8 @@ pub struct BulkheadStatus {
     /// The metadata.generation this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// Ready, Funded, ControlPlaneLane, QuotasScoped, Isolated.
+    /// Ready, Funded, ControlPlaneLane, QuotasScoped, NodeGroupsReady, Placed,
+    /// Isolated, ProxyInjected, ShuffleSharded (those that apply to the spec).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
@@ -93,8 +94,8 @@ pub struct LayerStatus {
     pub required: bool,
     /// Separate, Shared or Unverified.
     pub state: LayerState,
-    /// Pairs of classes that are not Separate, with evidence: at most
-    /// `MAX_PAIRS_LISTED`, Shared first.
+    /// Pairs of classes that are not Separate, with evidence: at most 10,
+    /// Shared first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pairs: Vec<PairStatus>,
     /// Pairs that are not Separate beyond those listed. The status lists a

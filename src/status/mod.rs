@@ -16,8 +16,8 @@ pub use evaluate::{evaluate, evaluate_cached, Config, Evaluation};
 pub use isolation::isolated_condition;
 pub use memo::{evaluate_kept, Kept, Reused};
 pub use reasons::{
-    reason, CONTROL_PLANE_LANE, FUNDED, ISOLATED, NODE_GROUPS_READY, PLACED, PROXY_INJECTED, QUOTAS_SCOPED, READY,
-    SHUFFLE_SHARDED,
+    reason, CONDITION_TYPES, CONTROL_PLANE_LANE, FUNDED, ISOLATED, NODE_GROUPS_READY, PLACED, PROXY_INJECTED,
+    QUOTAS_SCOPED, READY, SHUFFLE_SHARDED,
 };
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;

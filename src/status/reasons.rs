@@ -12,6 +12,19 @@ pub const ISOLATED: &str = "Isolated";
 pub const PROXY_INJECTED: &str = "ProxyInjected";
 pub const SHUFFLE_SHARDED: &str = "ShuffleSharded";
 
+/// Every condition type a status can carry.
+pub const CONDITION_TYPES: [&str; 9] = [
+    READY,
+    FUNDED,
+    CONTROL_PLANE_LANE,
+    QUOTAS_SCOPED,
+    NODE_GROUPS_READY,
+    PLACED,
+    ISOLATED,
+    PROXY_INJECTED,
+    SHUFFLE_SHARDED,
+];
+
 /// Reasons.
 pub mod reason {
     /// The spec breaks a rule; the message names the field.
