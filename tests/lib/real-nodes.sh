@@ -48,9 +48,10 @@ plan_real_nodes() {
     CP_ID=$(basename "$DIR" | md5sum | cut -c1-6)
     echo "$CP_ID" >"$DIR/cp-id"
     # A /16 whose /24s no route uses yet (another control plane's, or the host's).
+    local routes
+    routes=$(ip route show)
     for net in $(shuf -i 200-249); do
-        ip route show | grep -q "^10\.$net\." && continue
-        break
+        grep -q "^10\.$net\." <<<"$routes" || break
     done
     echo "$net" >"$DIR/pod-net"
     POD_NET=$net
