@@ -30,7 +30,7 @@ use kube::{
 use support::{
     condition,
     operator::helm_run,
-    real_node::{http_body, http_get, sample, Images, RuntimeContainer},
+    real_node::{http_get, sample, Images, RuntimeContainer, SidecarMetrics},
     unique_suffix, wait_for, ControlPlane, TestNamespace,
 };
 
@@ -40,7 +40,6 @@ const ROLLOUT: Duration = Duration::from_secs(180);
 /// Lease must expire); a deleted pod is stopped with SIGTERM, which is faster.
 const TAKEOVER: Duration = Duration::from_secs(17);
 const PROXY_PORT: u16 = 8081;
-const ADMIN_PORT: u16 = 9901;
 
 /// Held for a whole test: one test at a time (tokio's lock works across the
 /// tests' runtimes and is not poisoned by a failed test).
@@ -238,8 +237,33 @@ spec:
     )
 }
 
+/// The sidecars of the test's pods by pod IP, registered once each is running.
+static SIDECARS: std::sync::Mutex<Vec<(IpAddr, SidecarMetrics)>> = std::sync::Mutex::new(Vec::new());
+
+/// Find each pod's sidecar in the runtime and remember where its metrics are.
+fn register_sidecars(cp: &ControlPlane, ns: &str, pods: &[Pod]) {
+    for pod in pods {
+        let name = pod.metadata.name.as_deref().expect("pod name");
+        let sidecar = RuntimeContainer::find(cp, ns, name, "bulkhead-proxy").expect("the sidecar in containerd");
+        let metrics = SidecarMetrics::of(&sidecar);
+        let ip = pod_ip(pod);
+        if metrics.loopback_only {
+            // Kept off the pod IP: nothing answers there from outside the pod.
+            let (status, _) = http_get(SocketAddr::new(ip, metrics.addr.port()), "/metrics", Duration::from_secs(2));
+            assert_eq!(status, 0, "metrics of {name} are not served on its pod IP");
+        }
+        let mut all = SIDECARS.lock().unwrap_or_else(|p| p.into_inner());
+        all.retain(|(known, _)| *known != ip);
+        all.push((ip, metrics));
+    }
+}
+
 fn metrics(ip: IpAddr) -> Option<String> {
-    http_body(SocketAddr::new(ip, ADMIN_PORT), "/metrics")
+    let sidecar = {
+        let all = SIDECARS.lock().unwrap_or_else(|p| p.into_inner());
+        all.iter().find(|(known, _)| *known == ip).map(|(_, m)| m.clone())
+    };
+    sidecar.expect("the pod's sidecar was registered").scrape()
 }
 
 /// Requests of `class` holding a slot: from its floor plus from the surplus.
@@ -287,6 +311,7 @@ async fn the_injected_proxy_enforces_the_pool_in_real_pods() {
     .await;
     println!("injected pods 2/2 Ready {:.1} s after the Bulkhead was applied", started.elapsed().as_secs_f64());
     let ips: Vec<IpAddr> = running.iter().map(pod_ip).collect();
+    register_sidecars(cp, &ns.name, &running);
     for ip in &ips {
         let (status, _) = http_get(SocketAddr::new(*ip, PROXY_PORT), "/steady/hello", Duration::from_secs(5));
         assert_eq!(status, 200, "a request to pod {ip} reaches the app through the proxy");
@@ -338,6 +363,7 @@ async fn the_injected_proxy_enforces_the_pool_in_real_pods() {
         by_default.as_secs_f64()
     );
     let running = wait_ready(&client, &ns.name, "app=app", 3, ROLLOUT).await;
+    register_sidecars(cp, &ns.name, &running);
     let ips: Vec<IpAddr> = running.iter().map(pod_ip).collect();
     cp.kubectl(&["-n", &ns.name, "scale", "deployment/app", "--replicas=2"]);
     let (back, touched) = config_to_enforcement(&client, &ns.name, &bh, 2, &ips, Some(cp)).await;
@@ -349,6 +375,7 @@ async fn the_injected_proxy_enforces_the_pool_in_real_pods() {
 
     // c. The seed's verification: saturate `slow` and watch the others.
     let running = wait_ready(&client, &ns.name, "app=app", 2, ROLLOUT).await;
+    register_sidecars(cp, &ns.name, &running);
     let ips: Vec<IpAddr> = running.iter().map(pod_ip).collect();
     let config = pool_config(&client, &ns.name, &bh).await.expect("pool config");
     flood(&ips, &config);

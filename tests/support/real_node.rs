@@ -81,19 +81,6 @@ pub fn http_get(addr: SocketAddr, path: &str, timeout: Duration) -> (u16, Durati
     (status, started.elapsed())
 }
 
-/// The body of GET `path` (for /metrics), or None.
-pub fn http_body(addr: SocketAddr, path: &str) -> Option<String> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    let req = format!("GET {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n");
-    stream.write_all(req.as_bytes()).ok()?;
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).ok()?;
-    let text = String::from_utf8_lossy(&response).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n")?;
-    head.starts_with("HTTP/1.1 200").then(|| body.to_string())
-}
-
 /// The value of one sample in a Prometheus text exposition, by its exact
 /// name and label set as printed (e.g. `bulkhead_proxy_class_in_flight{class="a"}`).
 pub fn sample(exposition: &str, series: &str) -> Option<f64> {
@@ -180,4 +167,41 @@ impl RuntimeContainer {
 fn node_dirs(cp: &ControlPlane) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir(cp.dir.join("nodes")) else { return Vec::new() };
     entries.flatten().map(|e| e.path()).filter(|p| p.join("containerd.sock").exists()).collect()
+}
+
+/// Where a sidecar serves /metrics, read from its command line (`--metrics`,
+/// else `--admin`), scraped from inside its pod's network namespace: the
+/// default keeps metrics off the pod IP.
+#[derive(Clone, Debug)]
+pub struct SidecarMetrics {
+    pub pid: u32,
+    /// Where to scrape from inside the pod.
+    pub addr: SocketAddr,
+    /// The sidecar binds metrics to loopback only: nothing outside the pod reaches them.
+    pub loopback_only: bool,
+}
+
+impl SidecarMetrics {
+    pub fn of(container: &RuntimeContainer) -> SidecarMetrics {
+        let args = container.cmdline();
+        let flag = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
+        let listen = flag("--metrics").or_else(|| flag("--admin")).expect("the sidecar names a metrics address");
+        let mut addr: SocketAddr = listen.parse().expect("a HOST:PORT metrics address");
+        let loopback_only = addr.ip().is_loopback();
+        if addr.ip().is_unspecified() {
+            addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+        }
+        SidecarMetrics { pid: container.pid, addr, loopback_only }
+    }
+
+    /// GET /metrics from inside the pod (nsenter into its network namespace).
+    pub fn scrape(&self) -> Option<String> {
+        let out = Command::new("nsenter")
+            .arg(format!("--net=/proc/{}/ns/net", self.pid))
+            .args(["curl", "-sf", "-m", "5"])
+            .arg(format!("http://{}/metrics", self.addr))
+            .output()
+            .ok()?;
+        out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
 }
