@@ -140,6 +140,8 @@ pub struct Pool {
 pub struct Permit {
     pool: Arc<Pool>,
     class: u32,
+    /// The decided class as a header value, for the upstream.
+    header: HeaderValue,
     source: Source,
     start: Instant,
 }
@@ -147,6 +149,11 @@ pub struct Permit {
 impl Permit {
     pub fn source(&self) -> Source {
         self.source
+    }
+
+    /// The class this permit counts against, as a header value.
+    pub fn class_header(&self) -> &HeaderValue {
+        &self.header
     }
 }
 
@@ -281,10 +288,11 @@ impl Pool {
             Source::Surplus
         };
         c.admitted[source as usize] += 1;
+        let header = c.header.clone();
         #[cfg(test)]
         s.check();
         drop(guard);
-        Ok(Permit { pool: Arc::clone(self), class: index, source, start: Instant::now() })
+        Ok(Permit { pool: Arc::clone(self), class: index, header, source, start: Instant::now() })
     }
 
     fn release(&self, class: u32, source: Source, start: Instant) {

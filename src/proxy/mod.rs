@@ -11,6 +11,7 @@ mod admin;
 pub mod admission;
 pub mod classify;
 pub mod forward;
+mod idle;
 pub mod layer;
 pub mod metrics;
 pub mod options;
@@ -109,7 +110,17 @@ pub async fn run(args: ProxyArgs) -> Result<(), ProxyError> {
 
     let (stop_tx, stop) = watch::channel(false);
     let (drain_tx, drain) = watch::channel(());
-    let builder = Arc::new(server::http_builder());
+    let builder = Arc::new(server::http_builder(args.header_timeout));
+    let limits = forward::Limits {
+        response_timeout: args.response_timeout,
+        idle_timeout: args.idle_timeout,
+        allow_upgrade: args.allow_upgrade.iter().map(|p| p.to_ascii_lowercase()).collect(),
+    };
+    let accept = server::Accept {
+        connections: Arc::new(tokio::sync::Semaphore::new(args.max_connections)),
+        first_byte: args.header_timeout,
+    };
+    let class_header_from: Option<Arc<[options::Cidr]>> = args.class_header_from.as_deref().map(Arc::from);
     let rejector = Rejector::new(args.retry_after);
     let admin =
         Arc::new(admin::Admin { pool: Arc::clone(&pool), metrics: Arc::clone(&metrics), draining: Default::default() });
@@ -119,14 +130,15 @@ pub async fn run(args: ProxyArgs) -> Result<(), ProxyError> {
     for plan in plans {
         let tcp = TcpListener::bind(plan.addr).await.map_err(|source| ProxyError::Bind { addr: plan.addr, source })?;
         tracing::info!(listen = %plan.addr, upstream = %plan.upstream, classify = ?plan.classifier, "listening");
-        let listener = server::Listener {
-            gate: Gate::new(Arc::clone(&pool), plan.classifier, rejector.clone()),
-            forward: forward::Forward::new(plan.upstream, args.upstream_protocol, drain.clone()),
-        };
+        let listener = server::Listener::new(
+            Gate::new(Arc::clone(&pool), plan.classifier, rejector.clone()),
+            forward::Forward::new(plan.upstream, args.upstream_protocol, limits.clone(), drain.clone()),
+            class_header_from.clone(),
+        );
         bound.push((tcp, Arc::new(listener)));
     }
     for (tcp, listener) in bound {
-        tokio::spawn(server::accept(tcp, listener, Arc::clone(&builder), stop.clone(), drain.clone()));
+        tokio::spawn(server::accept(tcp, listener, Arc::clone(&builder), accept.clone(), stop.clone(), drain.clone()));
     }
     drop(drain);
     tokio::spawn(reload::follow(
