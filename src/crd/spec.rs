@@ -143,6 +143,11 @@ pub struct ProxySpec {
     /// Egress: one local listener per class and downstream.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub routes: Vec<ProxyRoute>,
+    /// Ingress: the peers (CIDR ranges) whose class header is believed; from any other peer the
+    /// header is ignored and the request is unclassified. Empty: any peer may name its class.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub class_header_from: Vec<String>,
     /// Port of the proxy's /healthz, /readyz and /metrics (never counted; default 9901).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 65535))]

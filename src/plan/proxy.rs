@@ -131,6 +131,9 @@ fn container(proxy: &ProxySpec, image: &str) -> Value {
             };
             args.extend(["--classify".into(), classify]);
             args.extend(["--unclassified".into(), proxy.unclassified.clone().unwrap_or_else(|| "reject".into())]);
+            if !proxy.class_header_from.is_empty() {
+                args.extend(["--class-header-from".into(), proxy.class_header_from.join(",")]);
+            }
             ports.push(json!({"name": "bulkhead-proxy", "containerPort": port, "protocol": "TCP"}));
         }
         ProxyMode::Egress => {
@@ -208,6 +211,11 @@ pub fn validate_proxy(proxy: &ProxySpec, classes: &[&str]) -> Vec<SpecError> {
                         format!("{FIELD}.pathPrefixes[{i}].prefix"),
                         format!("{:?} must start with / and hold no ',' or '='", p.prefix),
                     ));
+                }
+            }
+            for (i, cidr) in proxy.class_header_from.iter().enumerate() {
+                if let Err(e) = cidr.parse::<crate::proxy::options::Cidr>() {
+                    errors.push(SpecError::new(format!("{FIELD}.classHeaderFrom[{i}]"), e));
                 }
             }
             if let Some(u) = proxy.unclassified.as_deref().filter(|u| *u != "reject" && !known(u)) {
