@@ -97,7 +97,9 @@ fn the_sidecar_is_what_a_person_would_write() {
             "--unclassified",
             "reject",
             "--admin",
-            "0.0.0.0:9901"
+            "0.0.0.0:9901",
+            "--metrics",
+            "127.0.0.1:9902"
         ])
     );
     assert_eq!(c["readinessProbe"]["httpGet"], json!({"path": "/readyz", "port": 9901}));
@@ -158,6 +160,8 @@ fn each_rule_of_the_proxy_names_its_field() {
         ("{port: 8081, upstreamPort: 8080, classifyHeader: 'bad header'}", "spec.workload.proxy.classifyHeader"),
         ("{port: 8081, upstreamPort: 8080, pathPrefixes: [{prefix: /a, class: nobody}]}", "spec.workload.proxy.pathPrefixes[0].class"),
         ("{port: 8081, upstreamPort: 8080, classHeaderFrom: [10.0.0.0/33]}", "spec.workload.proxy.classHeaderFrom[0]"),
+        ("{port: 8081, upstreamPort: 8080, metricsAddress: 'localhost:9902'}", "spec.workload.proxy.metricsAddress"),
+        ("{port: 8081, upstreamPort: 8080, metricsAddress: '0.0.0.0:8081'}", "spec.workload.proxy.metricsAddress"),
         ("{mode: Egress}", "spec.workload.proxy.routes"),
         ("{mode: Egress, routes: [{class: nobody, port: 1, upstream: 'http://x:1'}]}", "spec.workload.proxy.routes[0].class"),
         (

@@ -261,3 +261,19 @@ async fn a_fifo_or_a_huge_file_as_pools_json_does_not_wedge_the_proxy() {
     assert_eq!(proxy.generation().await, 2, "an oversized document was applied");
     assert!(proxy.metric(r#"bulkhead_proxy_reloads_total{result="unreadable"}"#).await >= 1.0);
 }
+
+#[tokio::test]
+async fn health_and_metrics_can_listen_apart() {
+    let up = Upstream::start().await;
+    let config = ConfigDir::new(&pools(5));
+    let url = up.url();
+    let metrics = free_port().to_string();
+    let proxy = Proxy::start(config.path(), &args(&url, &["--metrics", &metrics])).await;
+    let admin = |path: &str| format!("http://{}{path}", proxy.admin);
+    assert_eq!(get(&admin("/healthz")).await.map(|(s, _)| s), Some(200));
+    assert_eq!(get(&admin("/metrics")).await.map(|(s, _)| s), Some(404), "metrics published on the health port");
+    let (status, body) = get(&format!("http://{metrics}/metrics")).await.expect("metrics answer");
+    assert_eq!(status, 200);
+    assert!(body.contains("bulkhead_proxy_config_generation 1"), "{body}");
+    assert_eq!(get(&format!("http://{metrics}/healthz")).await.map(|(s, _)| s), Some(404));
+}

@@ -126,6 +126,10 @@ pub async fn run(args: ProxyArgs) -> Result<(), ProxyError> {
         Arc::new(admin::Admin { pool: Arc::clone(&pool), metrics: Arc::clone(&metrics), draining: Default::default() });
     let admin_tcp =
         TcpListener::bind(args.admin).await.map_err(|source| ProxyError::Bind { addr: args.admin, source })?;
+    let metrics_tcp = match args.metrics {
+        Some(addr) => Some(TcpListener::bind(addr).await.map_err(|source| ProxyError::Bind { addr, source })?),
+        None => None,
+    };
     let mut bound = Vec::new();
     for plan in plans {
         let tcp = TcpListener::bind(plan.addr).await.map_err(|source| ProxyError::Bind { addr: plan.addr, source })?;
@@ -148,10 +152,21 @@ pub async fn run(args: ProxyArgs) -> Result<(), ProxyError> {
         args.reload_interval,
         stop.clone(),
     ));
-    let (admin_stop_tx, admin_stop) = tokio::sync::oneshot::channel::<()>();
-    let admin_task = tokio::spawn(admin::serve(admin_tcp, Arc::clone(&admin), async {
-        let _ = admin_stop.await;
-    }));
+    let (admin_stop_tx, admin_stop) = watch::channel(false);
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    let split = metrics_tcp.is_some();
+    let admin_task = tokio::spawn(admin::serve(
+        admin_tcp,
+        Arc::clone(&admin),
+        admin::Serves { health: true, metrics: !split },
+        stopped(admin_stop.clone()),
+    ));
+    let metrics_task = metrics_tcp.map(|tcp| {
+        let serves = admin::Serves { health: false, metrics: true };
+        tokio::spawn(admin::serve(tcp, Arc::clone(&admin), serves, stopped(admin_stop.clone())))
+    });
     tracing::info!(admin = %args.admin, generation = pool.generation(), "proxy ready");
 
     let signal = terminated().await;
@@ -165,7 +180,12 @@ pub async fn run(args: ProxyArgs) -> Result<(), ProxyError> {
         Ok(()) => tracing::info!(took = ?started.elapsed(), "drained"),
         Err(_) => tracing::warn!(in_flight = in_flight(), "drain timeout: exiting with requests in flight"),
     }
-    let _ = admin_stop_tx.send(());
+    let _ = admin_stop_tx.send(true);
+    if let Some(task) = metrics_task {
+        if let Ok(Err(e)) = task.await {
+            return Err(ProxyError::Admin(e));
+        }
+    }
     match admin_task.await {
         Ok(Err(e)) => Err(ProxyError::Admin(e)),
         _ => Ok(()),

@@ -40,6 +40,10 @@ pub struct ProxyArgs {
     /// Address for /healthz, /readyz and /metrics (never counted against any class).
     #[arg(long, value_name = "HOST:PORT", default_value = "0.0.0.0:9901", value_parser = parse_addr)]
     pub admin: SocketAddr,
+    /// Serve /metrics here instead of on --admin (which then serves health only), so probes
+    /// can reach the pod IP while the metrics stay private (say 127.0.0.1:9902).
+    #[arg(long, value_name = "HOST:PORT", value_parser = parse_addr)]
+    pub metrics: Option<SocketAddr>,
     /// Protocol spoken to upstreams (gRPC upstreams need h2c).
     #[arg(long, value_enum, default_value = "http1")]
     pub upstream_protocol: UpstreamProtocol,
