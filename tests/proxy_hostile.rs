@@ -277,3 +277,31 @@ async fn health_and_metrics_can_listen_apart() {
     assert!(body.contains("bulkhead_proxy_config_generation 1"), "{body}");
     assert_eq!(get(&format!("http://{metrics}/healthz")).await.map(|(s, _)| s), Some(404));
 }
+
+#[tokio::test]
+async fn path_rules_match_the_normalised_path_and_ambiguous_paths_are_refused() {
+    let up = Upstream::start().await;
+    let config = ConfigDir::new(&pools(5));
+    let url = up.url();
+    let rules = "path:/admin=control-plane,/checkout=checkout";
+    let proxy = Proxy::start(config.path(), &["--upstream", &url, "--workers", "1", "--classify", rules]).await;
+    for (path, class, seen) in [
+        ("/admin/../checkout/headers", "checkout", "/checkout/headers"),
+        ("/admin/%2e%2e/checkout/headers", "checkout", "/checkout/headers"),
+        ("//admin/headers", "control-plane", "/admin/headers"),
+        ("/%61dmin/headers", "control-plane", "/admin/headers"),
+    ] {
+        let raw = format!("GET {path} HTTP/1.1\r\nhost: shop\r\nconnection: close\r\n\r\n");
+        let (got, _) = exchange(proxy.listen, raw.as_bytes(), Duration::from_secs(3)).await;
+        assert!(got.starts_with("HTTP/1.1 200"), "{path}: {got:?}");
+        assert!(got.contains(&format!("x-bulkhead-class: {class}\n")), "{path} not counted as {class}: {got:?}");
+        assert!(got.contains(&format!("path: {seen}\n")), "{path} forwarded as: {got:?}");
+    }
+    let (got, _) = exchange(
+        proxy.listen,
+        b"GET /admin%2Fx/headers HTTP/1.1\r\nhost: shop\r\nconnection: close\r\n\r\n",
+        Duration::from_secs(3),
+    )
+    .await;
+    assert!(got.starts_with("HTTP/1.1 400"), "{got:?}");
+}

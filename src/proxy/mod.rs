@@ -14,6 +14,7 @@ pub mod forward;
 mod idle;
 pub mod layer;
 pub mod metrics;
+pub mod normalize;
 pub mod options;
 pub mod reject;
 pub mod reload;

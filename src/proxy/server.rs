@@ -2,13 +2,14 @@
 //! request (every HTTP/2 stream) through the gate, forward the admitted.
 
 use std::{
+    borrow::Cow,
     convert::Infallible,
     net::{IpAddr, SocketAddr},
     sync::Arc,
     time::Duration,
 };
 
-use http::{header, HeaderName, HeaderValue, Request, Response, StatusCode, Version};
+use http::{header, uri::PathAndQuery, HeaderName, HeaderValue, Request, Response, StatusCode, Uri, Version};
 use hyper::body::Incoming;
 use hyper_util::{
     rt::{TokioExecutor, TokioIo, TokioTimer},
@@ -23,6 +24,7 @@ use super::{
     classify::{Classifier, Rule},
     forward::{Forward, ForwardFuture, ProxyBody},
     layer::{Gate, PermitBody, ResponseFuture},
+    normalize,
     options::Cidr,
     reject::{CLASS_HEADER, REASON_HEADER},
 };
@@ -35,6 +37,8 @@ pub struct Listener {
     pub class_header_from: Option<Arc<[Cidr]>>,
     /// The headers that name a class: the classifier's, or x-bulkhead-class.
     class_headers: Vec<HeaderName>,
+    /// Path rules classify: the path is normalised first, and forwarded so.
+    by_path: bool,
 }
 
 impl Listener {
@@ -52,7 +56,9 @@ impl Listener {
         if class_headers.is_empty() {
             class_headers.push(CLASS_HEADER);
         }
-        Self { gate, forward, class_header_from, class_headers }
+        let by_path =
+            matches!(&gate.classify, Classifier::Rules(rules) if rules.iter().any(|r| matches!(r, Rule::Path(_))));
+        Self { gate, forward, class_header_from, class_headers, by_path }
     }
 
     /// Refuse what a proxy must not forward or classify (the 400s), and drop
@@ -69,6 +75,9 @@ impl Listener {
                 return Err(refuse("repeated-class-header"));
             }
         }
+        if self.by_path {
+            normalize_path(req)?;
+        }
         let trusted = self.class_header_from.as_ref().is_none_or(|nets| nets.iter().any(|n| n.contains(peer)));
         if !trusted {
             for name in &self.class_headers {
@@ -77,6 +86,25 @@ impl Listener {
         }
         Ok(())
     }
+}
+
+/// Rewrite the request's path to its normal form (the upstream then sees the
+/// path the rules matched), or refuse an ambiguous one.
+fn normalize_path<B>(req: &mut Request<B>) -> Result<(), Response<()>> {
+    let path = req.uri().path();
+    let normal = match normalize::normalize(path) {
+        Ok(Cow::Borrowed(_)) => return Ok(()),
+        Ok(Cow::Owned(normal)) => normal,
+        Err(_) => return Err(refuse("ambiguous-path")),
+    };
+    let target = match req.uri().query() {
+        Some(q) => format!("{normal}?{q}"),
+        None => normal,
+    };
+    let mut parts = req.uri().clone().into_parts();
+    parts.path_and_query = Some(PathAndQuery::try_from(target).map_err(|_| refuse("ambiguous-path"))?);
+    *req.uri_mut() = Uri::from_parts(parts).map_err(|_| refuse("ambiguous-path"))?;
+    Ok(())
 }
 
 /// A 400 the proxy answers itself; the connection is closed after it.

@@ -143,9 +143,9 @@ async fn answer(mut req: Request<Incoming>, release: watch::Receiver<u64>) -> Re
         let length = req.into_body().collect().await.map_or(0, |b| b.to_bytes().len());
         return Ok(Response::new(Full::new(Bytes::from(length.to_string())).boxed()));
     }
-    if req.uri().path() == "/headers" {
-        // The request head as the upstream saw it, one `name: value` a line.
-        let mut seen = String::new();
+    if req.uri().path().ends_with("/headers") {
+        // The request head as the upstream saw it, one `name: value` a line, after its path.
+        let mut seen = format!("path: {}\n", req.uri().path());
         for (name, value) in req.headers() {
             seen.push_str(&format!("{}: {}\n", name, String::from_utf8_lossy(value.as_bytes())));
         }
