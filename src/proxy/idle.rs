@@ -41,10 +41,11 @@ pin_project! {
     }
 }
 
-impl<B> IdleBody<B> {
-    /// `idle` zero: never times out.
+impl<B: Body> IdleBody<B> {
+    /// `idle` zero: never times out. A body known to be empty (a GET's) gets no timer.
     pub fn new(inner: B, idle: Duration, stalled: Option<Arc<AtomicBool>>) -> Self {
-        let timer = (!idle.is_zero()).then(|| Box::pin(tokio::time::sleep(idle)));
+        let timed = !idle.is_zero() && !inner.is_end_stream();
+        let timer = timed.then(|| Box::pin(tokio::time::sleep(idle)));
         Self { inner, timer, idle, stalled }
     }
 }
