@@ -305,3 +305,29 @@ async fn path_rules_match_the_normalised_path_and_ambiguous_paths_are_refused() 
     .await;
     assert!(got.starts_with("HTTP/1.1 400"), "{got:?}");
 }
+
+#[tokio::test]
+async fn a_class_with_a_maximum_duration_is_cut_past_it() {
+    let up = Upstream::start().await;
+    let json =
+        pools(5).replace(r#""ceiling":5,"critical":false}"#, r#""ceiling":5,"critical":false,"maxDurationMs":400}"#);
+    assert!(json.contains("maxDurationMs"));
+    let config = ConfigDir::new(&json);
+    let url = up.url();
+    let proxy = Proxy::start(config.path(), &args(&url, &[])).await;
+    // No answer at all: 504 well before --response-timeout's 60 s.
+    let started = Instant::now();
+    let res = send(&http1(), request(&proxy.url("/never"), Some("checkout"))).await;
+    assert_eq!((res.status().as_u16(), header(&res, "x-bulkhead-reason")), (504, "upstream-timeout"));
+    assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
+    // A response that started but goes on: cut, and the slot freed.
+    let res = hold(&http1(), &proxy, Some("checkout")).await;
+    let rest = tokio::time::timeout(Duration::from_secs(3), res.into_body().collect()).await.expect("cut in time");
+    assert!(rest.is_err(), "the body ran past the class's maximum duration");
+    slots_free(&proxy, "checkout").await;
+    // Other classes are not bound by it.
+    let res = hold(&http1(), &proxy, Some("search")).await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    up.release();
+    finish(res).await;
+}

@@ -120,7 +120,8 @@ impl Forward {
     }
 
     /// Send `req` upstream; `peer` is the client's address for x-forwarded-for.
-    pub fn call(&self, mut req: Request<Incoming>, peer: &HeaderValue) -> ForwardFuture {
+    /// `max`: the class's maximum duration, which bounds the response head and body too.
+    pub fn call(&self, mut req: Request<Incoming>, peer: &HeaderValue, max: Option<Duration>) -> ForwardFuture {
         let upgrade = self.protocol == UpstreamProtocol::Http1 && self.upgrade_allowed(req.headers());
         let inbound = upgrade.then(|| hyper::upgrade::on(&mut req));
         let original_authority = req.uri().authority().cloned();
@@ -154,8 +155,13 @@ impl Forward {
         let stalled = Arc::new(AtomicBool::new(false));
         let body = IdleBody::new(body, self.limits.idle_timeout, Some(Arc::clone(&stalled)));
         let inner = self.client.request(Request::from_parts(parts, body));
-        let timeout = self.limits.response_timeout;
-        let deadline = (!timeout.is_zero()).then(|| Box::pin(tokio::time::sleep(timeout)));
+        let timeout = Some(self.limits.response_timeout).filter(|t| !t.is_zero());
+        let head = match (timeout, max) {
+            (Some(t), Some(m)) => Some(t.min(m)),
+            (t, m) => t.or(m),
+        };
+        let deadline = head.map(|d| Box::pin(tokio::time::sleep(d)));
+        let end = max.map(|m| tokio::time::Instant::now() + m);
         ForwardFuture {
             state: State::Waiting {
                 inner,
@@ -165,6 +171,7 @@ impl Forward {
                 stalled,
                 grpc,
                 idle: self.limits.idle_timeout,
+                end,
             },
         }
     }
@@ -204,6 +211,8 @@ enum State {
         stalled: Arc<AtomicBool>,
         grpc: bool,
         idle: Duration,
+        /// The class's maximum duration ends here, body included.
+        end: Option<tokio::time::Instant>,
     },
     Ready(Option<Response<ProxyBody>>),
 }
@@ -219,12 +228,12 @@ impl Future for ForwardFuture {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         // Every field is Unpin (the client's future is boxed).
-        let (inner, inbound, drain, deadline, stalled, grpc, idle) = match &mut self.state {
+        let (inner, inbound, drain, deadline, stalled, grpc, idle, end) = match &mut self.state {
             State::Ready(res) => {
                 return Poll::Ready(Ok(res.take().unwrap_or_else(|| answer(StatusCode::BAD_GATEWAY, "upstream"))))
             }
-            State::Waiting { inner, inbound, drain, deadline, stalled, grpc, idle } => {
-                (inner, inbound, drain, deadline, stalled, *grpc, *idle)
+            State::Waiting { inner, inbound, drain, deadline, stalled, grpc, idle, end } => {
+                (inner, inbound, drain, deadline, stalled, *grpc, *idle, *end)
             }
         };
         let polled = Pin::new(inner).poll(cx);
@@ -258,7 +267,7 @@ impl Future for ForwardFuture {
             None if upgraded => return Poll::Ready(Ok(answer(StatusCode::BAD_GATEWAY, "upstream-upgrade"))),
             _ => strip_hop_by_hop(res.headers_mut(), false),
         }
-        Poll::Ready(Ok(res.map(|body| Either::Left(IdleBody::new(body, idle, None)))))
+        Poll::Ready(Ok(res.map(|body| Either::Left(IdleBody::new(body, idle, None).until(end)))))
     }
 }
 

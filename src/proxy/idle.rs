@@ -36,6 +36,8 @@ pin_project! {
         inner: B,
         // Boxed so the body is Unpin, as hyper's client wants.
         timer: Option<Pin<Box<Sleep>>>,
+        // The class's maximum duration: the body ends in an error past it.
+        end: Option<Pin<Box<Sleep>>>,
         idle: Duration,
         stalled: Option<Arc<AtomicBool>>,
     }
@@ -46,7 +48,13 @@ impl<B: Body> IdleBody<B> {
     pub fn new(inner: B, idle: Duration, stalled: Option<Arc<AtomicBool>>) -> Self {
         let timed = !idle.is_zero() && !inner.is_end_stream();
         let timer = timed.then(|| Box::pin(tokio::time::sleep(idle)));
-        Self { inner, timer, idle, stalled }
+        Self { inner, timer, end: None, idle, stalled }
+    }
+
+    /// Also fail at `end`, however busy the body is.
+    pub fn until(mut self, end: Option<Instant>) -> Self {
+        self.end = end.map(|at| Box::pin(tokio::time::sleep_until(at)));
+        self
     }
 }
 
@@ -68,6 +76,9 @@ where
                 Poll::Ready(frame.map(|f| f.map_err(Into::into)))
             }
             Poll::Pending => match this.timer.as_mut().map(|t| t.as_mut().poll(cx)) {
+                _ if this.end.as_mut().is_some_and(|e| e.as_mut().poll(cx).is_ready()) => {
+                    Poll::Ready(Some(Err(IdleTimeout(*this.idle).into())))
+                }
                 Some(Poll::Ready(())) => {
                     if let Some(stalled) = this.stalled {
                         stalled.store(true, Ordering::Relaxed);

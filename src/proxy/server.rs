@@ -140,7 +140,8 @@ impl hyper::service::Service<Request<Incoming>> for Conn {
                 for name in &self.listener.class_headers {
                     req.headers_mut().insert(name, permit.class_header().clone());
                 }
-                ResponseFuture::admitted(self.listener.forward.call(req, &self.peer), permit)
+                let forwarded = self.listener.forward.call(req, &self.peer, permit.max_duration());
+                ResponseFuture::admitted(forwarded, permit)
             }
             Err(rejection) => ResponseFuture::rejected(rejection),
         }
