@@ -48,8 +48,9 @@ enum Command {
     /// to the class's ceiling, else is rejected at once; the slot is held until the response
     /// body ends. pools.json is followed as the kubelet updates the mounted ConfigMap.
     Proxy {
+        // Boxed: the proxy's flags outweigh every other command's.
         #[command(flatten)]
-        args: bulkhead::proxy::ProxyArgs,
+        args: Box<bulkhead::proxy::ProxyArgs>,
         /// Log format.
         #[arg(long, value_enum, default_value = "text")]
         log_format: LogFormat,
@@ -166,7 +167,7 @@ fn main() -> ExitCode {
         }
         Command::Proxy { args, log_format } => {
             init_tracing(log_format);
-            match proxy(args) {
+            match proxy(*args) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("error: {e:#}");

@@ -41,6 +41,11 @@ pub struct PoolClass {
     /// Most this class may hold on this replica (floor + borrowed).
     pub ceiling: u32,
     pub critical: bool,
+    /// Optional: the longest a request of this class may take, admission to the end of its
+    /// response body, in milliseconds. A request past it gets 504 before its response head,
+    /// or has its response cut after, and frees its slot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_duration_ms: Option<u64>,
 }
 
 /// Why a pool config cannot be enforced; each names the field.
@@ -123,6 +128,7 @@ mod tests {
             reserved,
             ceiling: reserved + 115,
             critical,
+            max_duration_ms: None,
         };
         PoolConfig {
             version: POOL_CONFIG_VERSION,

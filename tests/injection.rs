@@ -97,7 +97,9 @@ fn the_sidecar_is_what_a_person_would_write() {
             "--unclassified",
             "reject",
             "--admin",
-            "0.0.0.0:9901"
+            "0.0.0.0:9901",
+            "--metrics",
+            "127.0.0.1:9902"
         ])
     );
     assert_eq!(c["readinessProbe"]["httpGet"], json!({"path": "/readyz", "port": 9901}));
@@ -132,6 +134,12 @@ fn egress_routes_and_path_prefixes_become_arguments() {
     assert!(args.windows(2).any(|w| w == ["--route", "search=127.0.0.1:15002=http://search.shop:9200"]), "{args:?}");
     assert!(!args.contains(&"--listen"));
 
+    let trusted = "{port: 8081, upstreamPort: 8080, classHeaderFrom: [10.0.0.0/8, 'fd00::/8']}";
+    let p = plan(&bulkhead(trusted, 200), &snapshot);
+    let args = &p.proxy.injections[0].body["spec"]["template"]["spec"]["containers"][0]["args"];
+    let args: Vec<&str> = args.as_array().expect("args").iter().filter_map(Value::as_str).collect();
+    assert!(args.windows(2).any(|w| w == ["--class-header-from", "10.0.0.0/8,fd00::/8"]), "{args:?}");
+
     let paths =
         "{port: 8081, upstreamPort: 8080, unclassified: search, pathPrefixes: [{prefix: /pay, class: checkout}]}";
     let p = plan(&bulkhead(paths, 200), &snapshot);
@@ -151,6 +159,9 @@ fn each_rule_of_the_proxy_names_its_field() {
         ("{port: 8081, upstreamPort: 8080, unclassified: nobody}", "spec.workload.proxy.unclassified"),
         ("{port: 8081, upstreamPort: 8080, classifyHeader: 'bad header'}", "spec.workload.proxy.classifyHeader"),
         ("{port: 8081, upstreamPort: 8080, pathPrefixes: [{prefix: /a, class: nobody}]}", "spec.workload.proxy.pathPrefixes[0].class"),
+        ("{port: 8081, upstreamPort: 8080, classHeaderFrom: [10.0.0.0/33]}", "spec.workload.proxy.classHeaderFrom[0]"),
+        ("{port: 8081, upstreamPort: 8080, metricsAddress: 'localhost:9902'}", "spec.workload.proxy.metricsAddress"),
+        ("{port: 8081, upstreamPort: 8080, metricsAddress: '0.0.0.0:8081'}", "spec.workload.proxy.metricsAddress"),
         ("{mode: Egress}", "spec.workload.proxy.routes"),
         ("{mode: Egress, routes: [{class: nobody, port: 1, upstream: 'http://x:1'}]}", "spec.workload.proxy.routes[0].class"),
         (

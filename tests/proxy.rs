@@ -146,7 +146,7 @@ async fn an_upgraded_connection_holds_its_slot_until_it_closes() {
     let up = Upstream::start().await;
     let config = ConfigDir::new(&pools(5));
     let url = up.url();
-    let proxy = Proxy::start(config.path(), &args(&url, &[])).await;
+    let proxy = Proxy::start(config.path(), &args(&url, &["--allow-upgrade", "echo"])).await;
     let mut tcp = tokio::net::TcpStream::connect(proxy.listen).await.expect("connect");
     tcp.write_all(
         b"GET /upgrade HTTP/1.1\r\nhost: shop\r\nconnection: upgrade\r\nupgrade: echo\r\nx-class: checkout\r\n\r\n",

@@ -147,7 +147,19 @@ pub struct ProxySpec {
     /// Egress: one local listener per class and downstream.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub routes: Vec<ProxyRoute>,
-    /// Port of the proxy's /healthz, /readyz and /metrics (never counted; default 9901).
+    /// Ingress: the peers (CIDR ranges) whose class header is believed; from any other peer the
+    /// header is ignored and the request is unclassified. Empty: any peer may name its class.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub class_header_from: Vec<String>,
+    /// HOST:PORT (an IP literal) where the sidecar serves /metrics, apart from the health port
+    /// the kubelet probes. Default 127.0.0.1:9902: the per-class figures stay inside the pod;
+    /// give 0.0.0.0:PORT to let Prometheus scrape them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 64))]
+    pub metrics_address: Option<String>,
+    /// Port of the proxy's /healthz and /readyz on the pod IP, which the kubelet probes
+    /// (never counted; default 9901).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 65535))]
     pub admin_port: Option<u16>,

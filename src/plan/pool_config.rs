@@ -32,6 +32,7 @@ pub fn pool_config(bulkhead: &Bulkhead, capacity: &CapacityPlan) -> PoolConfig {
                 reserved: c.reserved_per_replica,
                 ceiling: c.ceiling_per_replica,
                 critical: c.critical,
+                max_duration_ms: None,
             })
             .collect(),
     }

@@ -20,6 +20,8 @@ pub const PROXY_VOLUME: &str = "bulkhead-pools";
 pub const PROXY_CONFIG_DIR: &str = "/etc/bulkhead/pools";
 pub const DEFAULT_CLASSIFY_HEADER: &str = "x-bulkhead-class";
 pub const DEFAULT_ADMIN_PORT: u16 = 9901;
+/// Metrics stay inside the pod unless spec.workload.proxy.metricsAddress says otherwise.
+pub const DEFAULT_METRICS_ADDRESS: &str = "127.0.0.1:9902";
 /// Image of the sidecar when neither the Bulkhead nor the operator names one.
 pub const DEFAULT_PROXY_IMAGE: &str = concat!("ghcr.io/bulkhead-dev/bulkhead:", env!("CARGO_PKG_VERSION"));
 
@@ -131,6 +133,9 @@ fn container(proxy: &ProxySpec, image: &str) -> Value {
             };
             args.extend(["--classify".into(), classify]);
             args.extend(["--unclassified".into(), proxy.unclassified.clone().unwrap_or_else(|| "reject".into())]);
+            if !proxy.class_header_from.is_empty() {
+                args.extend(["--class-header-from".into(), proxy.class_header_from.join(",")]);
+            }
             ports.push(json!({"name": "bulkhead-proxy", "containerPort": port, "protocol": "TCP"}));
         }
         ProxyMode::Egress => {
@@ -139,8 +144,16 @@ fn container(proxy: &ProxySpec, image: &str) -> Value {
             }
         }
     }
+    // Health on the pod IP for the kubelet's probes; metrics where the spec says.
     args.extend(["--admin".into(), format!("0.0.0.0:{admin}")]);
     ports.push(json!({"name": "bulkhead-admin", "containerPort": admin, "protocol": "TCP"}));
+    let metrics = proxy.metrics_address.as_deref().unwrap_or(DEFAULT_METRICS_ADDRESS);
+    args.extend(["--metrics".into(), metrics.to_owned()]);
+    if let Ok(addr) = metrics.parse::<std::net::SocketAddr>() {
+        if !addr.ip().is_loopback() {
+            ports.push(json!({"name": "bulkhead-metrics", "containerPort": addr.port(), "protocol": "TCP"}));
+        }
+    }
     let probe = |path: &str, period: u32| json!({"httpGet": {"path": path, "port": admin}, "periodSeconds": period, "timeoutSeconds": 1, "failureThreshold": 3});
     json!({
         "name": PROXY_CONTAINER,
@@ -168,6 +181,17 @@ pub fn validate_proxy(proxy: &ProxySpec, classes: &[&str]) -> Vec<SpecError> {
     let mut errors = Vec::new();
     let admin = proxy.admin_port.unwrap_or(DEFAULT_ADMIN_PORT);
     let known = |c: &str| classes.contains(&c);
+    let metrics = proxy.metrics_address.as_deref().unwrap_or(DEFAULT_METRICS_ADDRESS);
+    match metrics.parse::<std::net::SocketAddr>() {
+        Ok(addr) if addr.port() == admin || [proxy.port, proxy.upstream_port].contains(&Some(addr.port())) => {
+            errors.push(SpecError::new(
+                format!("{FIELD}.metricsAddress"),
+                format!("port {} is taken by adminPort, port or upstreamPort", addr.port()),
+            ));
+        }
+        Ok(_) => {}
+        Err(_) => errors.push(SpecError::new(format!("{FIELD}.metricsAddress"), format!("{metrics:?} is not IP:PORT"))),
+    }
     match proxy.mode {
         ProxyMode::Ingress => {
             match (proxy.port, proxy.upstream_port) {
@@ -208,6 +232,11 @@ pub fn validate_proxy(proxy: &ProxySpec, classes: &[&str]) -> Vec<SpecError> {
                         format!("{FIELD}.pathPrefixes[{i}].prefix"),
                         format!("{:?} must start with / and hold no ',' or '='", p.prefix),
                     ));
+                }
+            }
+            for (i, cidr) in proxy.class_header_from.iter().enumerate() {
+                if let Err(e) = cidr.parse::<crate::proxy::options::Cidr>() {
+                    errors.push(SpecError::new(format!("{FIELD}.classHeaderFrom[{i}]"), e));
                 }
             }
             if let Some(u) = proxy.unclassified.as_deref().filter(|u| *u != "reject" && !known(u)) {

@@ -1,5 +1,7 @@
-//! The proxy's own /healthz, /readyz and /metrics, on a port of their own so
-//! that probes and scrapes never take a slot of any class.
+//! The proxy's own /healthz, /readyz and /metrics, on ports of their own so
+//! that probes and scrapes never take a slot of any class. Health and metrics
+//! can be split: the kubelet probes the pod IP, while the metrics (every class,
+//! ceiling and in-flight count) need not be published there.
 
 use std::sync::{
     atomic::{AtomicBool, Ordering},
@@ -17,16 +19,27 @@ pub struct Admin {
     pub draining: AtomicBool,
 }
 
+/// What one admin listener serves.
+#[derive(Clone, Copy, Debug)]
+pub struct Serves {
+    pub health: bool,
+    pub metrics: bool,
+}
+
 pub async fn serve(
     listener: tokio::net::TcpListener,
     admin: Arc<Admin>,
+    serves: Serves,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let app = Router::new()
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .with_state(admin);
+    let mut app = Router::new();
+    if serves.health {
+        app = app.route("/healthz", get(|| async { "ok" })).route("/readyz", get(readyz));
+    }
+    if serves.metrics {
+        app = app.route("/metrics", get(metrics));
+    }
+    let app = app.with_state(admin);
     axum::serve(listener, app).with_graceful_shutdown(shutdown).await
 }
 

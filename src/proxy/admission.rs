@@ -8,7 +8,7 @@
 
 use std::{
     sync::{Arc, Mutex, MutexGuard, PoisonError},
-    time::Instant,
+    time::{Duration, Instant},
 };
 
 use http::HeaderValue;
@@ -96,6 +96,8 @@ struct Class {
     reserved: u32,
     ceiling: u32,
     critical: bool,
+    /// pools.json's maxDurationMs: a request of this class is cut past it.
+    max_duration: Option<Duration>,
     floor_in_use: u32,
     surplus_in_use: u32,
     admitted: [u64; 2],
@@ -140,6 +142,10 @@ pub struct Pool {
 pub struct Permit {
     pool: Arc<Pool>,
     class: u32,
+    /// The decided class as a header value, for the upstream.
+    header: HeaderValue,
+    /// The class's maximum duration, if it has one.
+    max_duration: Option<Duration>,
     source: Source,
     start: Instant,
 }
@@ -147,6 +153,16 @@ pub struct Permit {
 impl Permit {
     pub fn source(&self) -> Source {
         self.source
+    }
+
+    /// The longest the request may take (the class's maxDurationMs).
+    pub fn max_duration(&self) -> Option<Duration> {
+        self.max_duration
+    }
+
+    /// The class this permit counts against, as a header value.
+    pub fn class_header(&self) -> &HeaderValue {
+        &self.header
     }
 }
 
@@ -222,6 +238,7 @@ impl Pool {
                         reserved: 0,
                         ceiling: 0,
                         critical: false,
+                        max_duration: None,
                         floor_in_use: 0,
                         surplus_in_use: 0,
                         admitted: [0; 2],
@@ -236,6 +253,7 @@ impl Pool {
             class.reserved = c.reserved;
             class.ceiling = c.ceiling;
             class.critical = c.critical;
+            class.max_duration = c.max_duration_ms.map(Duration::from_millis);
             // Fewer than 2^32 classes: the config came from a JSON document.
             let index = u32::try_from(index).unwrap_or(u32::MAX);
             s.by_name.insert(c.name.as_bytes().into(), index);
@@ -281,10 +299,11 @@ impl Pool {
             Source::Surplus
         };
         c.admitted[source as usize] += 1;
+        let (header, max_duration) = (c.header.clone(), c.max_duration);
         #[cfg(test)]
         s.check();
         drop(guard);
-        Ok(Permit { pool: Arc::clone(self), class: index, source, start: Instant::now() })
+        Ok(Permit { pool: Arc::clone(self), class: index, header, max_duration, source, start: Instant::now() })
     }
 
     fn release(&self, class: u32, source: Source, start: Instant) {

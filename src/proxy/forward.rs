@@ -7,6 +7,10 @@ use std::{
     future::Future,
     pin::Pin,
     str::FromStr,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
     task::{ready, Context, Poll},
     time::Duration,
 };
@@ -22,12 +26,26 @@ use hyper_util::{
     client::legacy::{connect::HttpConnector, Client, ResponseFuture},
     rt::{TokioExecutor, TokioIo},
 };
-use tokio::sync::watch;
+use tokio::{sync::watch, time::Sleep};
 
-use super::{layer::HoldPermit, reject::REASON_HEADER};
+use super::{
+    idle::{self, IdleBody},
+    layer::HoldPermit,
+    reject::{is_grpc, REASON_HEADER},
+};
 
-/// The body the proxy answers with: the upstream's, or empty (502).
-pub type ProxyBody = Either<Incoming, Empty<Bytes>>;
+/// The body the proxy answers with: the upstream's, or empty (502, 504, 408).
+pub type ProxyBody = Either<IdleBody<Incoming>, Empty<Bytes>>;
+
+/// The time limits and upgrade policy of forwarding (see `--response-timeout`,
+/// `--idle-timeout`, `--allow-upgrade`); zero durations disable a limit.
+#[derive(Clone, Debug, Default)]
+pub struct Limits {
+    pub response_timeout: Duration,
+    pub idle_timeout: Duration,
+    /// Upgrade protocols tunnelled, lower case; h2c never is.
+    pub allow_upgrade: Arc<[String]>,
+}
 
 /// How the proxy speaks to an upstream.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -78,9 +96,10 @@ impl std::fmt::Display for Upstream {
 /// Forwards requests to one upstream.
 #[derive(Clone, Debug)]
 pub struct Forward {
-    client: Client<HttpConnector, Incoming>,
+    client: Client<HttpConnector, IdleBody<Incoming>>,
     upstream: Upstream,
     protocol: UpstreamProtocol,
+    limits: Limits,
     /// Held by each spliced upgrade, so a drain waits for those too.
     drain: watch::Receiver<()>,
 }
@@ -88,7 +107,7 @@ pub struct Forward {
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Forward {
-    pub fn new(upstream: Upstream, protocol: UpstreamProtocol, drain: watch::Receiver<()>) -> Self {
+    pub fn new(upstream: Upstream, protocol: UpstreamProtocol, limits: Limits, drain: watch::Receiver<()>) -> Self {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
@@ -97,14 +116,17 @@ impl Forward {
         if protocol == UpstreamProtocol::H2c {
             builder.http2_only(true);
         }
-        Self { client: builder.build(connector), upstream, protocol, drain }
+        Self { client: builder.build(connector), upstream, protocol, limits, drain }
     }
 
     /// Send `req` upstream; `peer` is the client's address for x-forwarded-for.
-    pub fn call(&self, mut req: Request<Incoming>, peer: &HeaderValue) -> ForwardFuture {
-        let upgrade = is_upgrade(req.headers()) && self.protocol == UpstreamProtocol::Http1;
+    /// `max`: the class's maximum duration, which bounds the response head and body too.
+    pub fn call(&self, mut req: Request<Incoming>, peer: &HeaderValue, max: Option<Duration>) -> ForwardFuture {
+        let upgrade = self.protocol == UpstreamProtocol::Http1 && self.upgrade_allowed(req.headers());
         let inbound = upgrade.then(|| hyper::upgrade::on(&mut req));
         let original_authority = req.uri().authority().cloned();
+        let h2 = req.version() == Version::HTTP_2;
+        let grpc = is_grpc(&req);
         let (mut parts, body) = req.into_parts();
         let mut uri = std::mem::take(&mut parts.uri).into_parts();
         uri.scheme = Some(self.upstream.scheme.clone());
@@ -121,15 +143,55 @@ impl Forward {
             UpstreamProtocol::H2c => Version::HTTP_2,
         };
         strip_hop_by_hop(&mut parts.headers, upgrade);
-        if !parts.headers.contains_key(header::HOST) {
-            // An HTTP/2 client names the host in :authority; keep it for the upstream.
+        if h2 || !parts.headers.contains_key(header::HOST) {
+            // An HTTP/2 client names the host in :authority, which wins over a Host header (RFC 9113 8.3.1).
             if let Some(Ok(host)) = original_authority.map(|a| HeaderValue::from_str(a.as_str())) {
                 parts.headers.insert(header::HOST, host);
             }
         }
         append_forwarded_for(&mut parts.headers, peer);
+        // The listener speaks plain HTTP; a client's own claim is replaced.
+        parts.headers.insert(FORWARDED_PROTO, HeaderValue::from_static("http"));
+        let stalled = Arc::new(AtomicBool::new(false));
+        let body = IdleBody::new(body, self.limits.idle_timeout, Some(Arc::clone(&stalled)));
         let inner = self.client.request(Request::from_parts(parts, body));
-        ForwardFuture { state: State::Waiting { inner, inbound, drain: self.drain.clone() } }
+        let timeout = Some(self.limits.response_timeout).filter(|t| !t.is_zero());
+        let head = match (timeout, max) {
+            (Some(t), Some(m)) => Some(t.min(m)),
+            (t, m) => t.or(m),
+        };
+        let deadline = head.map(|d| Box::pin(tokio::time::sleep(d)));
+        let end = max.map(|m| tokio::time::Instant::now() + m);
+        ForwardFuture {
+            state: State::Waiting {
+                inner,
+                inbound,
+                drain: self.drain.clone(),
+                deadline,
+                stalled,
+                grpc,
+                idle: self.limits.idle_timeout,
+                end,
+            },
+        }
+    }
+
+    /// An Upgrade is tunnelled only if every protocol it offers is allowed; h2c never is
+    /// (it would carry HTTP/2 streams past classification).
+    fn upgrade_allowed(&self, headers: &HeaderMap) -> bool {
+        if !is_upgrade(headers) {
+            return false;
+        }
+        let mut offered = headers
+            .get_all(header::UPGRADE)
+            .iter()
+            .flat_map(|v| v.to_str().unwrap_or("h2c").split(','))
+            .map(|p| p.trim().split('/').next().unwrap_or(""))
+            .peekable();
+        offered.peek().is_some()
+            && offered.all(|p| {
+                !p.eq_ignore_ascii_case("h2c") && self.limits.allow_upgrade.iter().any(|a| a.eq_ignore_ascii_case(p))
+            })
     }
 }
 
@@ -139,7 +201,19 @@ pub struct ForwardFuture {
 }
 
 enum State {
-    Waiting { inner: ResponseFuture, inbound: Option<hyper::upgrade::OnUpgrade>, drain: watch::Receiver<()> },
+    Waiting {
+        inner: ResponseFuture,
+        inbound: Option<hyper::upgrade::OnUpgrade>,
+        drain: watch::Receiver<()>,
+        /// `--response-timeout`, boxed because a Sleep is not Unpin.
+        deadline: Option<Pin<Box<Sleep>>>,
+        /// Raised by the request body when the client stopped sending it.
+        stalled: Arc<AtomicBool>,
+        grpc: bool,
+        idle: Duration,
+        /// The class's maximum duration ends here, body included.
+        end: Option<tokio::time::Instant>,
+    },
     Ready(Option<Response<ProxyBody>>),
 }
 
@@ -154,41 +228,78 @@ impl Future for ForwardFuture {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         // Every field is Unpin (the client's future is boxed).
-        let (inner, inbound, drain) = match &mut self.state {
+        let (inner, inbound, drain, deadline, stalled, grpc, idle, end) = match &mut self.state {
             State::Ready(res) => {
                 return Poll::Ready(Ok(res.take().unwrap_or_else(|| answer(StatusCode::BAD_GATEWAY, "upstream"))))
             }
-            State::Waiting { inner, inbound, drain } => (inner, inbound, drain),
+            State::Waiting { inner, inbound, drain, deadline, stalled, grpc, idle, end } => {
+                (inner, inbound, drain, deadline, stalled, *grpc, *idle, *end)
+            }
         };
-        let mut res = match ready!(Pin::new(inner).poll(cx)) {
-            Ok(res) => res,
-            Err(e) => {
-                let reason = if e.is_connect() { "upstream-connect" } else { "upstream" };
+        let polled = Pin::new(inner).poll(cx);
+        let mut res = match polled {
+            Poll::Ready(Ok(res)) => res,
+            Poll::Ready(Err(e)) => {
                 tracing::debug!(error = %e, "upstream failed");
+                if stalled.load(Ordering::Relaxed) {
+                    let mut res = answer(StatusCode::REQUEST_TIMEOUT, "request-body-idle");
+                    res.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+                    return Poll::Ready(Ok(res));
+                }
+                let reason = if e.is_connect() { "upstream-connect" } else { "upstream" };
                 return Poll::Ready(Ok(answer(StatusCode::BAD_GATEWAY, reason)));
+            }
+            Poll::Pending => {
+                if let Some(deadline) = deadline {
+                    ready!(deadline.as_mut().poll(cx));
+                    // Dropping the client's future (with this state) cancels the upstream request.
+                    return Poll::Ready(Ok(timed_out(grpc)));
+                }
+                return Poll::Pending;
             }
         };
         // The client's connection has its own version; an HTTP/1.0 upstream must not downgrade it.
         *res.version_mut() = Version::HTTP_11;
         let upgraded = res.status() == StatusCode::SWITCHING_PROTOCOLS;
         match inbound.take() {
-            Some(inbound) if upgraded => splice(inbound, &mut res, drain.clone()),
+            Some(inbound) if upgraded => splice(inbound, &mut res, drain.clone(), idle),
+            // A 101 to a request that was not tunnelled would leave both sides speaking different protocols.
+            None if upgraded => return Poll::Ready(Ok(answer(StatusCode::BAD_GATEWAY, "upstream-upgrade"))),
             _ => strip_hop_by_hop(res.headers_mut(), false),
         }
-        Poll::Ready(Ok(res.map(Either::Left)))
+        Poll::Ready(Ok(res.map(|body| Either::Left(IdleBody::new(body, idle, None).until(end)))))
     }
+}
+
+/// The answer to a request whose upstream did not answer within `--response-timeout`.
+fn timed_out(grpc: bool) -> Response<ProxyBody> {
+    if !grpc {
+        return answer(StatusCode::GATEWAY_TIMEOUT, "upstream-timeout");
+    }
+    // gRPC reads its status from a trailers-only response: DEADLINE_EXCEEDED.
+    let mut res = answer(StatusCode::OK, "upstream-timeout");
+    let headers = res.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+    headers.insert(HeaderName::from_static("grpc-status"), HeaderValue::from_static("4"));
+    headers.insert(HeaderName::from_static("grpc-message"), HeaderValue::from_static("bulkhead: upstream timeout"));
+    res
 }
 
 /// Join the client's and the upstream's upgraded connections, holding the
 /// request's permit (sent through [`HoldPermit`]) until either side closes.
-fn splice(inbound: hyper::upgrade::OnUpgrade, res: &mut Response<Incoming>, drain: watch::Receiver<()>) {
+fn splice(
+    inbound: hyper::upgrade::OnUpgrade,
+    res: &mut Response<Incoming>,
+    drain: watch::Receiver<()>,
+    idle: Duration,
+) {
     let outbound = hyper::upgrade::on(&mut *res);
     let (holder, rx) = HoldPermit::new();
     res.extensions_mut().insert(holder);
     tokio::spawn(async move {
         let permit = rx.await.ok();
         if let (Ok(client), Ok(upstream)) = (inbound.await, outbound.await) {
-            let result = tokio::io::copy_bidirectional(&mut TokioIo::new(client), &mut TokioIo::new(upstream)).await;
+            let result = idle::splice(TokioIo::new(client), TokioIo::new(upstream), idle).await;
             tracing::debug!(?result, "upgraded connection closed");
         }
         drop((permit, drain));
@@ -243,6 +354,7 @@ fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
 }
 
 const FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 
 fn append_forwarded_for(headers: &mut HeaderMap, peer: &HeaderValue) {
     match headers.get(&FORWARDED_FOR).map(|v| [v.as_bytes(), b", ", peer.as_bytes()].concat()) {

@@ -11,8 +11,10 @@ mod admin;
 pub mod admission;
 pub mod classify;
 pub mod forward;
+mod idle;
 pub mod layer;
 pub mod metrics;
+pub mod normalize;
 pub mod options;
 pub mod reject;
 pub mod reload;
@@ -109,24 +111,39 @@ pub async fn run(args: ProxyArgs) -> Result<(), ProxyError> {
 
     let (stop_tx, stop) = watch::channel(false);
     let (drain_tx, drain) = watch::channel(());
-    let builder = Arc::new(server::http_builder());
+    let builder = Arc::new(server::http_builder(args.header_timeout));
+    let limits = forward::Limits {
+        response_timeout: args.response_timeout,
+        idle_timeout: args.idle_timeout,
+        allow_upgrade: args.allow_upgrade.iter().map(|p| p.to_ascii_lowercase()).collect(),
+    };
+    let accept = server::Accept {
+        connections: Arc::new(tokio::sync::Semaphore::new(args.max_connections)),
+        first_byte: args.header_timeout,
+    };
+    let class_header_from: Option<Arc<[options::Cidr]>> = args.class_header_from.as_deref().map(Arc::from);
     let rejector = Rejector::new(args.retry_after);
     let admin =
         Arc::new(admin::Admin { pool: Arc::clone(&pool), metrics: Arc::clone(&metrics), draining: Default::default() });
     let admin_tcp =
         TcpListener::bind(args.admin).await.map_err(|source| ProxyError::Bind { addr: args.admin, source })?;
+    let metrics_tcp = match args.metrics {
+        Some(addr) => Some(TcpListener::bind(addr).await.map_err(|source| ProxyError::Bind { addr, source })?),
+        None => None,
+    };
     let mut bound = Vec::new();
     for plan in plans {
         let tcp = TcpListener::bind(plan.addr).await.map_err(|source| ProxyError::Bind { addr: plan.addr, source })?;
         tracing::info!(listen = %plan.addr, upstream = %plan.upstream, classify = ?plan.classifier, "listening");
-        let listener = server::Listener {
-            gate: Gate::new(Arc::clone(&pool), plan.classifier, rejector.clone()),
-            forward: forward::Forward::new(plan.upstream, args.upstream_protocol, drain.clone()),
-        };
+        let listener = server::Listener::new(
+            Gate::new(Arc::clone(&pool), plan.classifier, rejector.clone()),
+            forward::Forward::new(plan.upstream, args.upstream_protocol, limits.clone(), drain.clone()),
+            class_header_from.clone(),
+        );
         bound.push((tcp, Arc::new(listener)));
     }
     for (tcp, listener) in bound {
-        tokio::spawn(server::accept(tcp, listener, Arc::clone(&builder), stop.clone(), drain.clone()));
+        tokio::spawn(server::accept(tcp, listener, Arc::clone(&builder), accept.clone(), stop.clone(), drain.clone()));
     }
     drop(drain);
     tokio::spawn(reload::follow(
@@ -136,10 +153,21 @@ pub async fn run(args: ProxyArgs) -> Result<(), ProxyError> {
         args.reload_interval,
         stop.clone(),
     ));
-    let (admin_stop_tx, admin_stop) = tokio::sync::oneshot::channel::<()>();
-    let admin_task = tokio::spawn(admin::serve(admin_tcp, Arc::clone(&admin), async {
-        let _ = admin_stop.await;
-    }));
+    let (admin_stop_tx, admin_stop) = watch::channel(false);
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    let split = metrics_tcp.is_some();
+    let admin_task = tokio::spawn(admin::serve(
+        admin_tcp,
+        Arc::clone(&admin),
+        admin::Serves { health: true, metrics: !split },
+        stopped(admin_stop.clone()),
+    ));
+    let metrics_task = metrics_tcp.map(|tcp| {
+        let serves = admin::Serves { health: false, metrics: true };
+        tokio::spawn(admin::serve(tcp, Arc::clone(&admin), serves, stopped(admin_stop.clone())))
+    });
     tracing::info!(admin = %args.admin, generation = pool.generation(), "proxy ready");
 
     let signal = terminated().await;
@@ -153,7 +181,12 @@ pub async fn run(args: ProxyArgs) -> Result<(), ProxyError> {
         Ok(()) => tracing::info!(took = ?started.elapsed(), "drained"),
         Err(_) => tracing::warn!(in_flight = in_flight(), "drain timeout: exiting with requests in flight"),
     }
-    let _ = admin_stop_tx.send(());
+    let _ = admin_stop_tx.send(true);
+    if let Some(task) = metrics_task {
+        if let Ok(Err(e)) = task.await {
+            return Err(ProxyError::Admin(e));
+        }
+    }
     match admin_task.await {
         Ok(Err(e)) => Err(ProxyError::Admin(e)),
         _ => Ok(()),

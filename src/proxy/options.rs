@@ -3,7 +3,7 @@
 //! --admin` exactly as written.
 
 use std::{
-    net::{SocketAddr, ToSocketAddrs},
+    net::{IpAddr, SocketAddr, ToSocketAddrs},
     path::PathBuf,
     str::FromStr,
     time::Duration,
@@ -40,6 +40,10 @@ pub struct ProxyArgs {
     /// Address for /healthz, /readyz and /metrics (never counted against any class).
     #[arg(long, value_name = "HOST:PORT", default_value = "0.0.0.0:9901", value_parser = parse_addr)]
     pub admin: SocketAddr,
+    /// Serve /metrics here instead of on --admin (which then serves health only), so probes
+    /// can reach the pod IP while the metrics stay private (say 127.0.0.1:9902).
+    #[arg(long, value_name = "HOST:PORT", value_parser = parse_addr)]
+    pub metrics: Option<SocketAddr>,
     /// Protocol spoken to upstreams (gRPC upstreams need h2c).
     #[arg(long, value_enum, default_value = "http1")]
     pub upstream_protocol: UpstreamProtocol,
@@ -56,6 +60,75 @@ pub struct ProxyArgs {
     /// How often the config directory is checked for a new pools.json.
     #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = parse_duration)]
     pub reload_interval: Duration,
+    /// From forwarding a request to the upstream's response head; past it the client gets 504
+    /// (gRPC: DEADLINE_EXCEEDED) and the slot is freed. 0 disables.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    pub response_timeout: Duration,
+    /// No byte in either direction of a request's bodies, or of an upgraded tunnel, for this
+    /// long ends it and frees its slot; a stalled request body gets 408. 0 disables.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
+    /// A new connection's first bytes (protocol detection) and each HTTP/1.1 request head must
+    /// arrive within this; HTTP/2 connections are pinged this often and closed if no answer comes
+    /// within it.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub header_timeout: Duration,
+    /// Client connections served at once over all listeners; past it new ones are closed at
+    /// once (the admin port has its own). 4096 idle h2c connections fit in the injected 128Mi.
+    #[arg(long, value_name = "N", default_value_t = 4096)]
+    pub max_connections: usize,
+    /// Peers allowed to name a class by header (CIDR list); others are unclassified. Default: any peer.
+    #[arg(long, value_name = "CIDR[,CIDR..]", value_delimiter = ',')]
+    pub class_header_from: Option<Vec<Cidr>>,
+    /// Upgrade protocols tunnelled to the upstream (repeatable); others are forwarded as plain
+    /// requests without the Upgrade header. h2c is never tunnelled.
+    #[arg(long, value_name = "PROTOCOL", default_value = "websocket")]
+    pub allow_upgrade: Vec<String>,
+}
+
+/// An address range, `10.0.0.0/8` or `fd00::/8` (a bare address is one host).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cidr {
+    net: IpAddr,
+    bits: u8,
+}
+
+impl Cidr {
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        };
+        match (self.net, ip) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => prefix_eq(&net.octets(), &ip.octets(), self.bits),
+            (IpAddr::V6(net), IpAddr::V6(ip)) => prefix_eq(&net.octets(), &ip.octets(), self.bits),
+            _ => false,
+        }
+    }
+}
+
+fn prefix_eq(a: &[u8], b: &[u8], bits: u8) -> bool {
+    let (whole, rest) = (usize::from(bits / 8), bits % 8);
+    if a[..whole] != b[..whole] {
+        return false;
+    }
+    rest == 0 || (a[whole] ^ b[whole]) >> (8 - rest) == 0
+}
+
+impl FromStr for Cidr {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || format!("{s:?}: expected an address range such as 10.0.0.0/8");
+        let (addr, bits) = s.trim().split_once('/').map_or((s.trim(), None), |(a, b)| (a, Some(b)));
+        let net: IpAddr = addr.parse().map_err(|_| bad())?;
+        let max = if net.is_ipv4() { 32 } else { 128 };
+        let bits = match bits {
+            Some(b) => b.parse::<u8>().ok().filter(|b| *b <= max).ok_or_else(bad)?,
+            None => max,
+        };
+        Ok(Cidr { net, bits })
+    }
 }
 
 /// `--route CLASS=HOST:PORT[=http://UPSTREAM]`.
@@ -132,5 +205,15 @@ mod tests {
         assert!(parse_duration("3h").is_err());
         assert_eq!(parse_unclassified("reject"), Ok(Unclassified::Reject));
         assert_eq!(parse_unclassified("reports"), Ok(Unclassified::Class("reports".into())));
+        let net: Cidr = "10.1.0.0/16".parse().expect("cidr");
+        assert!(net.contains("10.1.200.3".parse().expect("ip")));
+        assert!(!net.contains("10.2.0.1".parse().expect("ip")));
+        assert!(net.contains("::ffff:10.1.0.9".parse().expect("mapped ip")));
+        let odd: Cidr = "192.168.1.128/25".parse().expect("cidr");
+        assert!(
+            odd.contains("192.168.1.200".parse().expect("ip")) && !odd.contains("192.168.1.100".parse().expect("ip"))
+        );
+        assert!("10.0.0.0/33".parse::<Cidr>().is_err() && "x/8".parse::<Cidr>().is_err());
+        assert!("::1".parse::<Cidr>().expect("host").contains("::1".parse().expect("ip")));
     }
 }

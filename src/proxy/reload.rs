@@ -45,10 +45,36 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<PoolConfig, LoadError> {
     })
 }
 
+/// The largest document read: a ConfigMap holds at most 1 MiB, so anything
+/// bigger is not the operator's, and reading it whole would cost its size in memory.
+pub const MAX_DOCUMENT: u64 = 1 << 20;
+
+/// Read a regular file of at most [`MAX_DOCUMENT`] bytes. A FIFO or device
+/// in the config directory would block a read for ever, or never end.
+pub fn read_document(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::{Error, ErrorKind, Read};
+    let meta = std::fs::metadata(path)?;
+    if !meta.is_file() {
+        return Err(Error::new(ErrorKind::InvalidInput, "not a regular file"));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len().min(MAX_DOCUMENT)).unwrap_or(0));
+    std::fs::File::open(path)?.take(MAX_DOCUMENT + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_DOCUMENT {
+        return Err(Error::new(ErrorKind::InvalidData, format!("larger than {MAX_DOCUMENT} bytes")));
+    }
+    Ok(bytes)
+}
+
+/// [`read_document`] on the blocking pool, so a slow or odd file never stalls request handling.
+async fn read_off_runtime(path: &Path) -> std::io::Result<Vec<u8>> {
+    let path = path.to_owned();
+    tokio::task::spawn_blocking(move || read_document(&path)).await.map_err(std::io::Error::other)?
+}
+
 /// Read, decode and validate the document in `dir`.
 pub fn load(dir: &Path) -> Result<PoolConfig, LoadError> {
     let path = config_path(dir);
-    let bytes = std::fs::read(&path).map_err(|source| LoadError::Read { path: path.clone(), source })?;
+    let bytes = read_document(&path).map_err(|source| LoadError::Read { path: path.clone(), source })?;
     let config = parse(&path, &bytes)?;
     config.validate().map_err(|e| LoadError::Invalid { path, source: e.into() })?;
     Ok(config)
@@ -71,10 +97,9 @@ pub async fn follow(
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let path = config_path(&dir);
-    // The document applied at start; a change from it is a reload. The reads
-    // are plain blocking reads: a few microseconds on the kubelet's tmpfs,
-    // cheaper than a hop to the blocking pool on a one-core proxy.
-    let mut seen = match std::fs::read(&path) {
+    // The document applied at start; a change from it is a reload. Reads go
+    // to the blocking pool: a FIFO or a huge file must not stall a runtime thread.
+    let mut seen = match read_off_runtime(&path).await {
         Ok(bytes) => Seen::Bytes(bytes),
         Err(_) => Seen::Unreadable,
     };
@@ -85,7 +110,7 @@ pub async fn follow(
             _ = tick.tick() => {}
             _ = stop.changed() => return,
         }
-        let now = match std::fs::read(&path) {
+        let now = match read_off_runtime(&path).await {
             Ok(bytes) => Seen::Bytes(bytes),
             Err(e) => {
                 if seen != Seen::Unreadable {

@@ -1,32 +1,128 @@
 //! Listeners: accept, serve HTTP/1.1 and h2c on each connection, admit every
 //! request (every HTTP/2 stream) through the gate, forward the admitted.
 
-use std::{convert::Infallible, net::SocketAddr, sync::Arc};
+use std::{
+    borrow::Cow,
+    convert::Infallible,
+    net::{IpAddr, SocketAddr},
+    sync::Arc,
+    time::Duration,
+};
 
-use http::{HeaderValue, Request, Response};
+use http::{header, uri::PathAndQuery, HeaderName, HeaderValue, Request, Response, StatusCode, Uri, Version};
 use hyper::body::Incoming;
 use hyper_util::{
     rt::{TokioExecutor, TokioIo, TokioTimer},
     server::conn::auto,
 };
-use tokio::{net::TcpListener, sync::watch};
+use tokio::{
+    net::TcpListener,
+    sync::{watch, Semaphore},
+};
 
 use super::{
-    classify::Classifier,
+    classify::{Classifier, Rule},
     forward::{Forward, ForwardFuture, ProxyBody},
     layer::{Gate, PermitBody, ResponseFuture},
+    normalize,
+    options::Cidr,
+    reject::{CLASS_HEADER, REASON_HEADER},
 };
 
 /// What one listener does with a request.
 pub struct Listener {
     pub gate: Gate<Classifier>,
     pub forward: Forward,
+    /// Peers that may name a class by header; None: any peer.
+    pub class_header_from: Option<Arc<[Cidr]>>,
+    /// The headers that name a class: the classifier's, or x-bulkhead-class.
+    class_headers: Vec<HeaderName>,
+    /// Path rules classify: the path is normalised first, and forwarded so.
+    by_path: bool,
+}
+
+impl Listener {
+    pub fn new(gate: Gate<Classifier>, forward: Forward, class_header_from: Option<Arc<[Cidr]>>) -> Self {
+        let mut class_headers: Vec<HeaderName> = match &gate.classify {
+            Classifier::Rules(rules) => rules
+                .iter()
+                .filter_map(|r| match r {
+                    Rule::Header(name) => Some(name.clone()),
+                    _ => None,
+                })
+                .collect(),
+            Classifier::Fixed(_) => Vec::new(),
+        };
+        if class_headers.is_empty() {
+            class_headers.push(CLASS_HEADER);
+        }
+        let by_path =
+            matches!(&gate.classify, Classifier::Rules(rules) if rules.iter().any(|r| matches!(r, Rule::Path(_))));
+        Self { gate, forward, class_header_from, class_headers, by_path }
+    }
+
+    /// Refuse what a proxy must not forward or classify (the 400s), and drop
+    /// class headers an untrusted peer sent.
+    fn screen<B>(&self, req: &mut Request<B>, peer: IpAddr) -> Result<(), Response<()>> {
+        let hosts = req.headers().get_all(header::HOST).iter().count();
+        // RFC 9112 3.2: an HTTP/1.1 request without exactly one Host is refused.
+        if hosts > 1 || (hosts == 0 && req.version() == Version::HTTP_11) {
+            return Err(refuse("bad-host"));
+        }
+        for name in &self.class_headers {
+            // A front proxy that appends the trusted value must not lose to the client's.
+            if req.headers().get_all(name).iter().nth(1).is_some() {
+                return Err(refuse("repeated-class-header"));
+            }
+        }
+        if self.by_path {
+            normalize_path(req)?;
+        }
+        let trusted = self.class_header_from.as_ref().is_none_or(|nets| nets.iter().any(|n| n.contains(peer)));
+        if !trusted {
+            for name in &self.class_headers {
+                req.headers_mut().remove(name);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Rewrite the request's path to its normal form (the upstream then sees the
+/// path the rules matched), or refuse an ambiguous one.
+fn normalize_path<B>(req: &mut Request<B>) -> Result<(), Response<()>> {
+    let path = req.uri().path();
+    let normal = match normalize::normalize(path) {
+        Ok(Cow::Borrowed(_)) => return Ok(()),
+        Ok(Cow::Owned(normal)) => normal,
+        Err(_) => return Err(refuse("ambiguous-path")),
+    };
+    let target = match req.uri().query() {
+        Some(q) => format!("{normal}?{q}"),
+        None => normal,
+    };
+    let mut parts = req.uri().clone().into_parts();
+    parts.path_and_query = Some(PathAndQuery::try_from(target).map_err(|_| refuse("ambiguous-path"))?);
+    *req.uri_mut() = Uri::from_parts(parts).map_err(|_| refuse("ambiguous-path"))?;
+    Ok(())
+}
+
+/// A 400 the proxy answers itself; the connection is closed after it.
+fn refuse(reason: &'static str) -> Response<()> {
+    let mut res = Response::new(());
+    *res.status_mut() = StatusCode::BAD_REQUEST;
+    let headers = res.headers_mut();
+    headers.insert(REASON_HEADER, HeaderValue::from_static(reason));
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
+    headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    res
 }
 
 /// One connection's service: the listener plus the peer, for x-forwarded-for.
 struct Conn {
     listener: Arc<Listener>,
     peer: HeaderValue,
+    peer_ip: IpAddr,
 }
 
 impl hyper::service::Service<Request<Incoming>> for Conn {
@@ -34,19 +130,44 @@ impl hyper::service::Service<Request<Incoming>> for Conn {
     type Error = Infallible;
     type Future = ResponseFuture<ForwardFuture>;
 
-    fn call(&self, req: Request<Incoming>) -> Self::Future {
+    fn call(&self, mut req: Request<Incoming>) -> Self::Future {
+        if let Err(refused) = self.listener.screen(&mut req, self.peer_ip) {
+            return ResponseFuture::rejected(refused);
+        }
         match self.listener.gate.admit(&req) {
-            Ok(permit) => ResponseFuture::admitted(self.listener.forward.call(req, &self.peer), permit),
+            Ok(permit) => {
+                // The upstream sees one class header: the class the request is counted as.
+                for name in &self.listener.class_headers {
+                    req.headers_mut().insert(name, permit.class_header().clone());
+                }
+                let forwarded = self.listener.forward.call(req, &self.peer, permit.max_duration());
+                ResponseFuture::admitted(forwarded, permit)
+            }
             Err(rejection) => ResponseFuture::rejected(rejection),
         }
     }
 }
 
-pub fn http_builder() -> auto::Builder<TokioExecutor> {
+/// `header_timeout` bounds each HTTP/1.1 request head and is the HTTP/2 ping
+/// interval and ping timeout (a dead peer's connection is closed).
+pub fn http_builder(header_timeout: Duration) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder.http1().timer(TokioTimer::new());
-    builder.http2().timer(TokioTimer::new()).max_concurrent_streams(1024);
+    builder.http1().timer(TokioTimer::new()).header_read_timeout(header_timeout);
     builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(1024)
+        .keep_alive_interval(Some(header_timeout))
+        .keep_alive_timeout(header_timeout);
+    builder
+}
+
+/// Limits of the accept loop: `--max-connections` (shared by every
+/// listener) and the time a new connection has to send its first byte.
+#[derive(Clone)]
+pub struct Accept {
+    pub connections: Arc<Semaphore>,
+    pub first_byte: Duration,
 }
 
 /// Accept until `stop` turns true; then each connection finishes the requests
@@ -56,6 +177,7 @@ pub async fn accept(
     tcp: TcpListener,
     listener: Arc<Listener>,
     builder: Arc<auto::Builder<TokioExecutor>>,
+    limits: Accept,
     mut stop: watch::Receiver<bool>,
     drain: watch::Receiver<()>,
 ) {
@@ -72,10 +194,23 @@ pub async fn accept(
             },
             _ = stop.changed() => return,
         };
+        // Past --max-connections a connection is closed at once: each costs memory until it ends.
+        let Ok(slot) = Arc::clone(&limits.connections).try_acquire_owned() else {
+            tracing::debug!(%peer, "connection limit reached: closed");
+            drop(stream);
+            continue;
+        };
         let _ = stream.set_nodelay(true);
-        let conn = Conn { listener: Arc::clone(&listener), peer: peer_value(peer) };
+        let conn = Conn { listener: Arc::clone(&listener), peer: peer_value(peer), peer_ip: peer.ip() };
         let (builder, mut stop, drain) = (Arc::clone(&builder), stop.clone(), drain.clone());
+        let first_byte = limits.first_byte;
         tokio::spawn(async move {
+            // hyper-util's protocol detection reads with no timer: a silent connection is held here.
+            let mut byte = [0u8; 1];
+            match tokio::time::timeout(first_byte, stream.peek(&mut byte)).await {
+                Ok(Ok(1..)) => {}
+                _ => return,
+            }
             let served = builder.serve_connection_with_upgrades(TokioIo::new(stream), conn);
             tokio::pin!(served);
             let result = tokio::select! {
@@ -88,7 +223,7 @@ pub async fn accept(
             if let Err(e) = result {
                 tracing::debug!(error = %e, "connection ended with an error");
             }
-            drop(drain);
+            drop((drain, slot));
         });
     }
 }

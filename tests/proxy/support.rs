@@ -134,6 +134,23 @@ async fn answer(mut req: Request<Incoming>, release: watch::Receiver<u64>) -> Re
         res.headers_mut().insert("upgrade", http::HeaderValue::from_static("echo"));
         return Ok(res);
     }
+    if req.uri().path() == "/never" {
+        // An upstream that takes the request and never answers (bounded by WAIT).
+        tokio::time::sleep(WAIT).await;
+    }
+    if req.uri().path() == "/body" {
+        // An application that reads the whole request body before answering.
+        let length = req.into_body().collect().await.map_or(0, |b| b.to_bytes().len());
+        return Ok(Response::new(Full::new(Bytes::from(length.to_string())).boxed()));
+    }
+    if req.uri().path().ends_with("/headers") {
+        // The request head as the upstream saw it, one `name: value` a line, after its path.
+        let mut seen = format!("path: {}\n", req.uri().path());
+        for (name, value) in req.headers() {
+            seen.push_str(&format!("{}: {}\n", name, String::from_utf8_lossy(value.as_bytes())));
+        }
+        return Ok(Response::new(Full::new(Bytes::from(seen)).boxed()));
+    }
     if req.uri().path() != "/hold" {
         let xff = req.headers().get("x-forwarded-for").cloned();
         let mut res = Response::new(Full::new(Bytes::from_static(b"ok")).boxed());
@@ -176,7 +193,9 @@ impl Proxy {
             admin.to_string(),
         ];
         args.extend(extra.iter().map(|s| s.to_string()));
-        let child = Command::new(env!("CARGO_BIN_EXE_bulkhead"))
+        // BULKHEAD_PROXY_BIN runs the tests against another build (an older one, to see a test fail).
+        let bin = std::env::var("BULKHEAD_PROXY_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_bulkhead").to_owned());
+        let child = Command::new(bin)
             .args(&args)
             .env("RUST_LOG", "info")
             .stdout(log.reopen().expect("log"))

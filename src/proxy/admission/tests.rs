@@ -11,6 +11,7 @@ pub(crate) fn example() -> PoolConfig {
         reserved,
         ceiling: reserved + 115,
         critical,
+        max_duration_ms: None,
     };
     PoolConfig {
         version: crate::pool_config::POOL_CONFIG_VERSION,

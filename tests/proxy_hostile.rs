@@ -1,0 +1,333 @@
+//! `bulkhead proxy` against hostile clients and bad upstreams: the real
+//! binary, loopback only, every wait bounded. Each case here once held a slot
+//! (or the whole proxy) for as long as the attacker liked, or let a client
+//! pick its own class; see issue 21. The pool is `support::pools`.
+
+#[path = "proxy/support.rs"]
+#[allow(dead_code)]
+mod proxy_support;
+
+use std::{
+    net::SocketAddr,
+    time::{Duration, Instant},
+};
+
+use http::Request;
+use http_body_util::{BodyExt, Empty};
+use proxy_support::*;
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpStream,
+};
+
+fn args<'a>(upstream: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut a = vec!["--upstream", upstream, "--workers", "1", "--classify", "header:x-class"];
+    a.extend_from_slice(extra);
+    a
+}
+
+/// Send `raw` on a fresh connection; everything read until the peer closes
+/// or `within` passes (None if nothing came back at all).
+async fn exchange(addr: SocketAddr, raw: &[u8], within: Duration) -> (String, bool) {
+    let mut tcp = TcpStream::connect(addr).await.expect("connect");
+    tcp.write_all(raw).await.expect("write");
+    read_until_closed(&mut tcp, within).await
+}
+
+/// What arrived, and whether the peer closed within `within`.
+async fn read_until_closed(tcp: &mut TcpStream, within: Duration) -> (String, bool) {
+    let deadline = Instant::now() + within;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, tcp.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return (String::from_utf8_lossy(&got).into_owned(), true),
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+            Err(_) => return (String::from_utf8_lossy(&got).into_owned(), false),
+        }
+    }
+}
+
+async fn slots_free(proxy: &Proxy, class: &str) {
+    let deadline = Instant::now() + WAIT;
+    while proxy.in_flight(class).await != 0.0 {
+        assert!(Instant::now() < deadline, "{class} slots never given back:\n{}", proxy.log());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn an_upstream_that_never_answers_gets_504_and_frees_the_slot() {
+    let up = Upstream::start().await;
+    let config = ConfigDir::new(&pools(5));
+    let url = up.url();
+    let proxy = Proxy::start(config.path(), &args(&url, &["--response-timeout", "300ms"])).await;
+    let started = Instant::now();
+    let res = send(&http1(), request(&proxy.url("/never"), Some("checkout"))).await;
+    assert_eq!((res.status().as_u16(), header(&res, "x-bulkhead-reason")), (504, "upstream-timeout"));
+    assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
+    slots_free(&proxy, "checkout").await;
+
+    // gRPC clients read a status, not an HTTP code: DEADLINE_EXCEEDED.
+    let grpc = Request::builder()
+        .uri(proxy.url("/never"))
+        .header("x-class", "checkout")
+        .header("content-type", "application/grpc")
+        .body(Empty::new())
+        .expect("request");
+    let res = send(&h2c(), grpc).await;
+    assert_eq!((res.status().as_u16(), header(&res, "grpc-status")), (200, "4"));
+    slots_free(&proxy, "checkout").await;
+}
+
+#[tokio::test]
+async fn a_stalled_request_body_gets_408_and_frees_the_slot() {
+    let up = Upstream::start().await;
+    let config = ConfigDir::new(&pools(5));
+    let url = up.url();
+    let proxy = Proxy::start(config.path(), &args(&url, &["--idle-timeout", "300ms"])).await;
+    // A head and 1 byte of a declared 1 MB body, to an upstream that reads bodies whole.
+    let mut socks = Vec::new();
+    for _ in 0..5 {
+        let mut tcp = TcpStream::connect(proxy.listen).await.expect("connect");
+        tcp.write_all(b"POST /body HTTP/1.1\r\nhost: shop\r\nx-class: checkout\r\ncontent-length: 1000000\r\n\r\nx")
+            .await
+            .expect("write");
+        socks.push(tcp);
+    }
+    for tcp in &mut socks {
+        let (got, _) = read_until_closed(tcp, Duration::from_secs(3)).await;
+        assert!(got.starts_with("HTTP/1.1 408"), "{got:?}");
+    }
+    slots_free(&proxy, "checkout").await;
+}
+
+#[tokio::test]
+async fn a_silent_connection_is_closed_by_the_header_timeout() {
+    let up = Upstream::start().await;
+    let config = ConfigDir::new(&pools(5));
+    let url = up.url();
+    let proxy = Proxy::start(config.path(), &args(&url, &["--header-timeout", "300ms"])).await;
+    // Nothing at all (the protocol-detection read), and half a request head.
+    for raw in [&b""[..], b"GET / HTTP/1.1\r\nhost: shop\r\n"] {
+        let (_, closed) = exchange(proxy.listen, raw, Duration::from_secs(3)).await;
+        assert!(closed, "connection sending {raw:?} still open after 3 s");
+    }
+}
+
+#[tokio::test]
+async fn past_max_connections_new_ones_are_closed_and_the_admin_port_answers() {
+    let up = Upstream::start().await;
+    let config = ConfigDir::new(&pools(5));
+    let url = up.url();
+    let proxy = Proxy::start(config.path(), &args(&url, &["--max-connections", "3"])).await;
+    let mut kept = Vec::new();
+    for _ in 0..3 {
+        let mut tcp = TcpStream::connect(proxy.listen).await.expect("connect");
+        tcp.write_all(b"GET / HTTP/1.1\r\nhost: shop\r\nx-class: search\r\n\r\n").await.expect("write");
+        let mut buf = [0u8; 12];
+        tokio::time::timeout(WAIT, tcp.read_exact(&mut buf)).await.expect("in time").expect("answer");
+        assert_eq!(&buf, b"HTTP/1.1 200");
+        kept.push(tcp);
+    }
+    let (got, closed) =
+        exchange(proxy.listen, b"GET / HTTP/1.1\r\nhost: shop\r\nx-class: search\r\n\r\n", Duration::from_secs(2))
+            .await;
+    assert!(closed && got.is_empty(), "the 4th connection was served: {got:?}");
+    let (status, _) = get(&format!("http://{}/healthz", proxy.admin)).await.expect("admin answers");
+    assert_eq!(status, 200);
+    // One goes away: its place is free again.
+    kept.pop();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let (got, _) = exchange(
+            proxy.listen,
+            b"GET / HTTP/1.1\r\nhost: shop\r\nx-class: search\r\nconnection: close\r\n\r\n",
+            Duration::from_secs(2),
+        )
+        .await;
+        if got.starts_with("HTTP/1.1 200") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never admitted again");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn the_class_header_is_trusted_only_from_listed_peers_and_only_once() {
+    let up = Upstream::start().await;
+    let config = ConfigDir::new(&pools(5));
+    let url = up.url();
+    let untrusted = Proxy::start(config.path(), &args(&url, &["--class-header-from", "10.0.0.0/8"])).await;
+    let res = send(&http1(), request(&untrusted.url("/"), Some("control-plane"))).await;
+    assert_eq!((res.status().as_u16(), header(&res, "x-bulkhead-reason")), (503, "unclassified"));
+
+    let proxy = Proxy::start(
+        config.path(),
+        &args(&url, &["--class-header-from", "10.0.0.0/8,127.0.0.0/8", "--unclassified", "search"]),
+    )
+    .await;
+    let (got, _) = exchange(
+        proxy.listen,
+        b"GET / HTTP/1.1\r\nhost: shop\r\nx-class: search\r\nx-class: control-plane\r\nconnection: close\r\n\r\n",
+        Duration::from_secs(3),
+    )
+    .await;
+    assert!(got.starts_with("HTTP/1.1 400"), "{got:?}");
+
+    // The upstream sees one class header, naming the class the proxy decided.
+    for (sent, decided) in [("checkout", "checkout"), ("no-such-class", "search")] {
+        let res = send(&http1(), request(&proxy.url("/headers"), Some(sent))).await;
+        let body = res.into_body().collect().await.expect("body").to_bytes();
+        let seen: Vec<_> =
+            String::from_utf8_lossy(&body).lines().filter(|l| l.starts_with("x-class:")).map(str::to_owned).collect();
+        assert_eq!(seen, [format!("x-class: {decided}")]);
+    }
+}
+
+#[tokio::test]
+async fn host_must_be_there_once_and_the_upstream_learns_the_scheme() {
+    let up = Upstream::start().await;
+    let config = ConfigDir::new(&pools(5));
+    let url = up.url();
+    let proxy = Proxy::start(config.path(), &args(&url, &[])).await;
+    for raw in [
+        &b"GET / HTTP/1.1\r\nx-class: search\r\nconnection: close\r\n\r\n"[..],
+        b"GET / HTTP/1.1\r\nhost: a\r\nhost: b\r\nx-class: search\r\nconnection: close\r\n\r\n",
+    ] {
+        let (got, _) = exchange(proxy.listen, raw, Duration::from_secs(3)).await;
+        assert!(got.starts_with("HTTP/1.1 400"), "{got:?}");
+    }
+    let res = send(&http1(), request(&proxy.url("/headers"), Some("search"))).await;
+    let body = res.into_body().collect().await.expect("body").to_bytes();
+    assert!(String::from_utf8_lossy(&body).contains("x-forwarded-proto: http\n"), "{body:?}");
+}
+
+#[tokio::test]
+async fn only_listed_upgrades_are_tunnelled_never_h2c_and_tunnels_idle_out() {
+    let up = Upstream::start().await;
+    let config = ConfigDir::new(&pools(5));
+    let url = up.url();
+    let proxy = Proxy::start(config.path(), &args(&url, &["--allow-upgrade", "echo", "--idle-timeout", "300ms"])).await;
+    // h2c (and anything unlisted) is not tunnelled: the upstream's 101 is refused.
+    for protocol in ["h2c", "websocket"] {
+        let raw = format!(
+            "GET /upgrade HTTP/1.1\r\nhost: shop\r\nconnection: upgrade, http2-settings\r\nupgrade: {protocol}\r\nhttp2-settings: AAMAAABkAAQCAAAAAAIAAAAA\r\nx-class: checkout\r\n\r\n"
+        );
+        let (got, _) = exchange(proxy.listen, raw.as_bytes(), Duration::from_secs(2)).await;
+        assert!(!got.starts_with("HTTP/1.1 101"), "{protocol} tunnelled: {got:?}");
+    }
+    slots_free(&proxy, "checkout").await;
+    // A listed upgrade that then goes quiet is closed, and its slot freed.
+    let mut tcp = TcpStream::connect(proxy.listen).await.expect("connect");
+    tcp.write_all(
+        b"GET /upgrade HTTP/1.1\r\nhost: shop\r\nconnection: upgrade\r\nupgrade: echo\r\nx-class: checkout\r\n\r\n",
+    )
+    .await
+    .expect("write");
+    let (got, closed) = read_until_closed(&mut tcp, Duration::from_secs(3)).await;
+    assert!(got.starts_with("HTTP/1.1 101") && closed, "{got:?} closed: {closed}");
+    slots_free(&proxy, "checkout").await;
+}
+
+#[tokio::test]
+async fn a_fifo_or_a_huge_file_as_pools_json_does_not_wedge_the_proxy() {
+    let up = Upstream::start().await;
+    let mut config = ConfigDir::new(&pools(5));
+    let url = up.url();
+    let proxy = Proxy::start(config.path(), &args(&url, &["--reload-interval", "20ms"])).await;
+    // A FIFO where the document should be: a read would block forever.
+    config.update(&pools(4));
+    proxy.await_generation(2).await;
+    let data = std::fs::canonicalize(config.path().join("..data")).expect("..data");
+    std::fs::remove_file(data.join("pools.json")).expect("remove");
+    let status = std::process::Command::new("mkfifo").arg(data.join("pools.json")).status().expect("mkfifo");
+    assert!(status.success());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for _ in 0..3 {
+        let res =
+            tokio::time::timeout(Duration::from_secs(3), http1().request(request(&proxy.url("/"), Some("search"))))
+                .await
+                .expect("the proxy still answers with a FIFO as pools.json")
+                .expect("a response");
+        assert_eq!(res.status(), 200);
+    }
+    // 2 MB of valid JSON (padded): over the size cap, so the last good config stays.
+    let big = format!("{}{}", pools(3), " ".repeat(2 << 20));
+    config.update(&big);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(proxy.generation().await, 2, "an oversized document was applied");
+    assert!(proxy.metric(r#"bulkhead_proxy_reloads_total{result="unreadable"}"#).await >= 1.0);
+}
+
+#[tokio::test]
+async fn health_and_metrics_can_listen_apart() {
+    let up = Upstream::start().await;
+    let config = ConfigDir::new(&pools(5));
+    let url = up.url();
+    let metrics = free_port().to_string();
+    let proxy = Proxy::start(config.path(), &args(&url, &["--metrics", &metrics])).await;
+    let admin = |path: &str| format!("http://{}{path}", proxy.admin);
+    assert_eq!(get(&admin("/healthz")).await.map(|(s, _)| s), Some(200));
+    assert_eq!(get(&admin("/metrics")).await.map(|(s, _)| s), Some(404), "metrics published on the health port");
+    let (status, body) = get(&format!("http://{metrics}/metrics")).await.expect("metrics answer");
+    assert_eq!(status, 200);
+    assert!(body.contains("bulkhead_proxy_config_generation 1"), "{body}");
+    assert_eq!(get(&format!("http://{metrics}/healthz")).await.map(|(s, _)| s), Some(404));
+}
+
+#[tokio::test]
+async fn path_rules_match_the_normalised_path_and_ambiguous_paths_are_refused() {
+    let up = Upstream::start().await;
+    let config = ConfigDir::new(&pools(5));
+    let url = up.url();
+    let rules = "path:/admin=control-plane,/checkout=checkout";
+    let proxy = Proxy::start(config.path(), &["--upstream", &url, "--workers", "1", "--classify", rules]).await;
+    for (path, class, seen) in [
+        ("/admin/../checkout/headers", "checkout", "/checkout/headers"),
+        ("/admin/%2e%2e/checkout/headers", "checkout", "/checkout/headers"),
+        ("//admin/headers", "control-plane", "/admin/headers"),
+        ("/%61dmin/headers", "control-plane", "/admin/headers"),
+    ] {
+        let raw = format!("GET {path} HTTP/1.1\r\nhost: shop\r\nconnection: close\r\n\r\n");
+        let (got, _) = exchange(proxy.listen, raw.as_bytes(), Duration::from_secs(3)).await;
+        assert!(got.starts_with("HTTP/1.1 200"), "{path}: {got:?}");
+        assert!(got.contains(&format!("x-bulkhead-class: {class}\n")), "{path} not counted as {class}: {got:?}");
+        assert!(got.contains(&format!("path: {seen}\n")), "{path} forwarded as: {got:?}");
+    }
+    let (got, _) = exchange(
+        proxy.listen,
+        b"GET /admin%2Fx/headers HTTP/1.1\r\nhost: shop\r\nconnection: close\r\n\r\n",
+        Duration::from_secs(3),
+    )
+    .await;
+    assert!(got.starts_with("HTTP/1.1 400"), "{got:?}");
+}
+
+#[tokio::test]
+async fn a_class_with_a_maximum_duration_is_cut_past_it() {
+    let up = Upstream::start().await;
+    let json =
+        pools(5).replace(r#""ceiling":5,"critical":false}"#, r#""ceiling":5,"critical":false,"maxDurationMs":400}"#);
+    assert!(json.contains("maxDurationMs"));
+    let config = ConfigDir::new(&json);
+    let url = up.url();
+    let proxy = Proxy::start(config.path(), &args(&url, &[])).await;
+    // No answer at all: 504 well before --response-timeout's 60 s.
+    let started = Instant::now();
+    let res = send(&http1(), request(&proxy.url("/never"), Some("checkout"))).await;
+    assert_eq!((res.status().as_u16(), header(&res, "x-bulkhead-reason")), (504, "upstream-timeout"));
+    assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
+    // A response that started but goes on: cut, and the slot freed.
+    let res = hold(&http1(), &proxy, Some("checkout")).await;
+    let rest = tokio::time::timeout(Duration::from_secs(3), res.into_body().collect()).await.expect("cut in time");
+    assert!(rest.is_err(), "the body ran past the class's maximum duration");
+    slots_free(&proxy, "checkout").await;
+    // Other classes are not bound by it.
+    let res = hold(&http1(), &proxy, Some("search")).await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    up.release();
+    finish(res).await;
+}
