@@ -3,6 +3,8 @@
 //! Layer in process) reads. A leaf module: the proxy depends on nothing else
 //! of the operator.
 
+use std::{net::IpAddr, str::FromStr};
+
 use serde::{Deserialize, Serialize};
 
 use crate::crd::Scope;
@@ -117,9 +119,77 @@ impl PoolConfig {
     }
 }
 
+/// An address range, `10.0.0.0/8` or `fd00::/8` (a bare address is one host):
+/// the peers an enforcer believes when they name a class by header. Here,
+/// beside the schema, because the operator validates what it injects with
+/// the same parser the proxy uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cidr {
+    net: IpAddr,
+    bits: u8,
+}
+
+impl Cidr {
+    /// Loopback, IPv4 and IPv6: the default set of trusted peers.
+    pub fn loopback() -> Vec<Cidr> {
+        vec![
+            Cidr { net: IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), bits: 8 },
+            Cidr { net: IpAddr::V6(std::net::Ipv6Addr::LOCALHOST), bits: 128 },
+        ]
+    }
+
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        };
+        match (self.net, ip) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => prefix_eq(&net.octets(), &ip.octets(), self.bits),
+            (IpAddr::V6(net), IpAddr::V6(ip)) => prefix_eq(&net.octets(), &ip.octets(), self.bits),
+            _ => false,
+        }
+    }
+}
+
+fn prefix_eq(a: &[u8], b: &[u8], bits: u8) -> bool {
+    let (whole, rest) = (usize::from(bits / 8), bits % 8);
+    if a[..whole] != b[..whole] {
+        return false;
+    }
+    rest == 0 || (a[whole] ^ b[whole]) >> (8 - rest) == 0
+}
+
+impl FromStr for Cidr {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || format!("{s:?}: expected an address range such as 10.0.0.0/8");
+        let (addr, bits) = s.trim().split_once('/').map_or((s.trim(), None), |(a, b)| (a, Some(b)));
+        let net: IpAddr = addr.parse().map_err(|_| bad())?;
+        let max = if net.is_ipv4() { 32 } else { 128 };
+        let bits = match bits {
+            Some(b) => b.parse::<u8>().ok().filter(|b| *b <= max).ok_or_else(bad)?,
+            None => max,
+        };
+        Ok(Cidr { net, bits })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn by_default_only_loopback_peers_may_name_a_class() {
+        let trusted = Cidr::loopback();
+        let believed = |ip: &str| trusted.iter().any(|c| c.contains(ip.parse().expect("ip")));
+        for ip in ["127.0.0.1", "127.0.0.2", "::1", "::ffff:127.0.0.1"] {
+            assert!(believed(ip), "{ip} is loopback");
+        }
+        for ip in ["10.244.1.7", "192.168.0.1", "::ffff:10.0.0.1", "fd00::1", "0.0.0.0"] {
+            assert!(!believed(ip), "{ip} is another pod or host");
+        }
+    }
 
     fn example() -> PoolConfig {
         // The README's example pool: 40 + 30 + 10 + 5 reserved, 115 shared, 200 in all.

@@ -167,7 +167,7 @@ fn injected_pod() -> Value {
     let bulkhead: Bulkhead = serde_yaml::from_str(
         "apiVersion: bulkhead.dev/v1alpha1\nkind: Bulkhead\nmetadata: {name: shop, uid: u-1}\nspec:\n  dimension: Dependency\n  \
          pool: {resource: requests, capacity: 100}\n  workload:\n    namespace: shop\n    selector: {matchLabels: {app: api}}\n    \
-         proxy: {mode: Ingress, port: 8081, upstreamPort: 8080}\n  classes:\n  - {name: checkout, reserved: 40}\n  \
+         proxy: {mode: Ingress, port: 8081, upstreamPort: 8080, metricsAddress: \"0.0.0.0:9902\"}\n  classes:\n  - {name: checkout, reserved: 40}\n  \
          - {name: search, reserved: 30}\n",
     )
     .expect("fixture");
@@ -467,7 +467,8 @@ fn the_pod_monitor_scrapes_the_port_the_operator_gives_the_sidecar() {
     let endpoint = &monitor["spec"]["podMetricsEndpoints"][0];
     assert_eq!(endpoint["path"].as_str(), Some("/metrics"));
     // Prometheus keeps only pods with a container port of this name: the one
-    // the injection gives the sidecar's admin server.
+    // the injection declares when spec.workload.proxy.metricsAddress opens
+    // the sidecar's metrics beyond the pod (the fixture's does).
     let port = endpoint["port"].as_str().expect("port name");
     let pod = injected_pod();
     let named: Vec<&str> = pod["containers"]
@@ -478,6 +479,13 @@ fn the_pod_monitor_scrapes_the_port_the_operator_gives_the_sidecar() {
         .filter_map(|p| p["name"].as_str())
         .collect();
     assert!(named.contains(&port), "{port} is not a port of the injected sidecar: {named:?}");
+    // The API server refuses a port name longer than 15 characters (IANA_SVC_NAME).
+    for name in &named {
+        assert!(
+            name.len() <= 15 && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'),
+            "{name:?} is not a valid container port name"
+        );
+    }
     // The port is a value (the proxy may serve metrics on a port of its own).
     let docs = render(
         3,

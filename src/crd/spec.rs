@@ -148,7 +148,8 @@ pub struct ProxySpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub routes: Vec<ProxyRoute>,
     /// Ingress: the peers (CIDR ranges) whose class header is believed; from any other peer the
-    /// header is ignored and the request is unclassified. Empty: any peer may name its class.
+    /// header is ignored and the request is unclassified. Empty: loopback only (a front proxy in the
+    /// same pod); name the ingress controller's range here, or 0.0.0.0/0 to believe every peer.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
     pub class_header_from: Vec<String>,

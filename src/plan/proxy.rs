@@ -151,7 +151,7 @@ fn container(proxy: &ProxySpec, image: &str) -> Value {
     args.extend(["--metrics".into(), metrics.to_owned()]);
     if let Ok(addr) = metrics.parse::<std::net::SocketAddr>() {
         if !addr.ip().is_loopback() {
-            ports.push(json!({"name": "bulkhead-metrics", "containerPort": addr.port(), "protocol": "TCP"}));
+            ports.push(json!({"name": "proxy-metrics", "containerPort": addr.port(), "protocol": "TCP"}));
         }
     }
     let probe = |path: &str, period: u32| json!({"httpGet": {"path": path, "port": admin}, "periodSeconds": period, "timeoutSeconds": 1, "failureThreshold": 3});
@@ -235,7 +235,7 @@ pub fn validate_proxy(proxy: &ProxySpec, classes: &[&str]) -> Vec<SpecError> {
                 }
             }
             for (i, cidr) in proxy.class_header_from.iter().enumerate() {
-                if let Err(e) = cidr.parse::<crate::proxy::options::Cidr>() {
+                if let Err(e) = cidr.parse::<crate::pool_config::Cidr>() {
                     errors.push(SpecError::new(format!("{FIELD}.classHeaderFrom[{i}]"), e));
                 }
             }

@@ -121,7 +121,9 @@ pub async fn run(args: ProxyArgs) -> Result<(), ProxyError> {
         connections: Arc::new(tokio::sync::Semaphore::new(args.max_connections)),
         first_byte: args.header_timeout,
     };
-    let class_header_from: Option<Arc<[options::Cidr]>> = args.class_header_from.as_deref().map(Arc::from);
+    // Without --class-header-from only loopback peers may name a class by header.
+    let trusted = args.class_header_from.clone().unwrap_or_else(options::Cidr::loopback);
+    let class_header_from: Option<Arc<[options::Cidr]>> = Some(Arc::from(trusted));
     let rejector = Rejector::new(args.retry_after);
     let admin =
         Arc::new(admin::Admin { pool: Arc::clone(&pool), metrics: Arc::clone(&metrics), draining: Default::default() });

@@ -3,11 +3,13 @@
 //! --admin` exactly as written.
 
 use std::{
-    net::{IpAddr, SocketAddr, ToSocketAddrs},
+    net::{SocketAddr, ToSocketAddrs},
     path::PathBuf,
     str::FromStr,
     time::Duration,
 };
+
+pub use crate::pool_config::Cidr;
 
 use super::{
     admission::Unclassified,
@@ -77,58 +79,14 @@ pub struct ProxyArgs {
     /// once (the admin port has its own). 4096 idle h2c connections fit in the injected 128Mi.
     #[arg(long, value_name = "N", default_value_t = 4096)]
     pub max_connections: usize,
-    /// Peers allowed to name a class by header (CIDR list); others are unclassified. Default: any peer.
+    /// Peers allowed to name a class by header (CIDR list); others are unclassified. Default:
+    /// loopback only (a front proxy on the same host or in the same pod); 0.0.0.0/0,::/0 trusts every peer.
     #[arg(long, value_name = "CIDR[,CIDR..]", value_delimiter = ',')]
     pub class_header_from: Option<Vec<Cidr>>,
     /// Upgrade protocols tunnelled to the upstream (repeatable); others are forwarded as plain
     /// requests without the Upgrade header. h2c is never tunnelled.
     #[arg(long, value_name = "PROTOCOL", default_value = "websocket")]
     pub allow_upgrade: Vec<String>,
-}
-
-/// An address range, `10.0.0.0/8` or `fd00::/8` (a bare address is one host).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Cidr {
-    net: IpAddr,
-    bits: u8,
-}
-
-impl Cidr {
-    pub fn contains(&self, ip: IpAddr) -> bool {
-        let ip = match ip {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-            v4 => v4,
-        };
-        match (self.net, ip) {
-            (IpAddr::V4(net), IpAddr::V4(ip)) => prefix_eq(&net.octets(), &ip.octets(), self.bits),
-            (IpAddr::V6(net), IpAddr::V6(ip)) => prefix_eq(&net.octets(), &ip.octets(), self.bits),
-            _ => false,
-        }
-    }
-}
-
-fn prefix_eq(a: &[u8], b: &[u8], bits: u8) -> bool {
-    let (whole, rest) = (usize::from(bits / 8), bits % 8);
-    if a[..whole] != b[..whole] {
-        return false;
-    }
-    rest == 0 || (a[whole] ^ b[whole]) >> (8 - rest) == 0
-}
-
-impl FromStr for Cidr {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let bad = || format!("{s:?}: expected an address range such as 10.0.0.0/8");
-        let (addr, bits) = s.trim().split_once('/').map_or((s.trim(), None), |(a, b)| (a, Some(b)));
-        let net: IpAddr = addr.parse().map_err(|_| bad())?;
-        let max = if net.is_ipv4() { 32 } else { 128 };
-        let bits = match bits {
-            Some(b) => b.parse::<u8>().ok().filter(|b| *b <= max).ok_or_else(bad)?,
-            None => max,
-        };
-        Ok(Cidr { net, bits })
-    }
 }
 
 /// `--route CLASS=HOST:PORT[=http://UPSTREAM]`.
