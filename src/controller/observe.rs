@@ -145,7 +145,7 @@ fn spawn_seniority(api: Api<PartialObjectMeta<Bulkhead>>, shared: Arc<SharedSnap
             let event = match event {
                 Ok(event) => event,
                 Err(e) => {
-                    warn!(kind = "Bulkhead", error = %e, "watch failed; retrying");
+                    warn!(kind = "Bulkhead", error = %crate::error_chain::Chain(&e), "watch failed; retrying");
                     continue;
                 }
             };
@@ -211,7 +211,7 @@ fn spawn<K: Watched>(api: Api<K>, config: watcher::Config, shared: Arc<SharedSna
                 Ok(event) => event,
                 Err(e) => {
                     // The backoff retries; the snapshot keeps its last state meanwhile.
-                    warn!(%kind, error = %e, "watch failed; retrying");
+                    warn!(%kind, error = %crate::error_chain::Chain(&e), "watch failed; retrying");
                     continue;
                 }
             };
