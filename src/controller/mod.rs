@@ -132,7 +132,7 @@ pub async fn run(client: Client, options: RunOptions) -> Result<(), Error> {
     let bulkheads: Api<DeserializeGuard<Bulkhead>> = Api::all(client);
     Controller::new(bulkheads, watcher::Config::default())
         .with_config(ControllerConfig::default().concurrency(concurrency))
-        .trigger_backoff(watch_backoff::WatchBackoff::default())
+        .trigger_backoff(watch_backoff::WatchBackoff::with_cap(Duration::from_secs(1)))
         .reconcile_all_on(changes)
         .graceful_shutdown_on(shutdown)
         .run(reconcile::reconcile, error_policy, ctx)
