@@ -12,6 +12,7 @@
 pub mod audit;
 pub mod controller;
 pub mod crd;
+pub mod error_chain;
 pub mod logging;
 pub mod offline;
 pub mod plan;

@@ -5,6 +5,7 @@ use std::{net::SocketAddr, path::PathBuf, process::ExitCode};
 use anyhow::Context as _;
 use bulkhead::{
     audit::AuditConfig,
+    error_chain::Chain,
     offline::{check_report, evaluate_all, load_files, plan_report, Input, OutputFormat, EXIT_INVALID_INPUT},
     plan::{PlanConfig, DEFAULT_PROXY_IMAGE},
     shard::Calculation,
@@ -160,7 +161,7 @@ fn main() -> ExitCode {
             match run(metrics_addr, lease, config.into()) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
-                    tracing::error!(error = format!("{e:#}"), "controller stopped");
+                    tracing::error!(error = %Chain(&*e), "controller stopped");
                     ExitCode::FAILURE
                 }
             }
@@ -170,7 +171,7 @@ fn main() -> ExitCode {
             match proxy(*args) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
-                    eprintln!("error: {e:#}");
+                    eprintln!("error: {}", Chain(&*e));
                     ExitCode::FAILURE
                 }
             }
@@ -251,7 +252,7 @@ fn proxy(args: bulkhead::proxy::ProxyArgs) -> anyhow::Result<()> {
 /// Read the files, or say which one is bad (exit 3).
 fn read_input(files: &[PathBuf]) -> Result<Input, ExitCode> {
     let input = load_files(files).map_err(|e| {
-        eprintln!("error: {e}");
+        eprintln!("error: {}", Chain(&e));
         ExitCode::from(EXIT_INVALID_INPUT)
     })?;
     for note in &input.notes {

@@ -21,11 +21,12 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("plan", &["crd", "pool_config", "snapshot", "select", "shard"]),
     ("audit", &["crd", "snapshot", "select"]),
     ("status", &["crd", "pool_config", "snapshot", "select", "shard", "plan", "audit"]),
-    ("controller", &["crd", "pool_config", "snapshot", "select", "plan", "audit", "status"]),
+    ("controller", &["crd", "pool_config", "snapshot", "select", "plan", "audit", "status", "error_chain"]),
     ("offline", &["crd", "pool_config", "snapshot", "select", "plan", "audit", "status"]),
     ("proxy", &["pool_config", "crd"]),
     ("shard", &[]),
     ("logging", &[]),
+    ("error_chain", &[]),
 ];
 
 fn src() -> PathBuf {

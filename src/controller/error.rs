@@ -6,8 +6,8 @@ use crate::snapshot::ObjectKey;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A write the API server refused or that never arrived: `apply
-    /// ConfigMap shop/bulkhead-x: …`.
-    #[error("{verb} {kind} {object}: {source}")]
+    /// ConfigMap shop/bulkhead-x`, its cause in `source()`.
+    #[error("{verb} {kind} {object}")]
     Write {
         verb: &'static str,
         kind: &'static str,
@@ -15,7 +15,7 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
-    #[error("reading {kind} {object}: {source}")]
+    #[error("reading {kind} {object}")]
     Read {
         kind: &'static str,
         object: String,
@@ -28,17 +28,17 @@ pub enum Error {
     NotOurs { kind: &'static str, key: ObjectKey, owner: Option<String> },
     #[error("node {0} changed while its claim was being written; planning again")]
     NodeChanged(String),
-    #[error("cannot serve metrics on {addr}: {source}")]
+    #[error("cannot serve metrics on {addr}")]
     Bind {
         addr: std::net::SocketAddr,
         #[source]
         source: std::io::Error,
     },
-    #[error("leader election: {0}")]
+    #[error("leader election")]
     Lease(#[from] kube_lease_manager::LeaseManagerError),
     #[error("leader election: the lease manager stopped without saying why")]
     LeaseManagerStopped,
-    #[error("serialising {what}: {source}")]
+    #[error("serialising {what}")]
     Serialize {
         what: &'static str,
         #[source]

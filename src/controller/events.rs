@@ -64,7 +64,7 @@ pub async fn publish(ctx: &Context, bulkhead: &Bulkhead, type_: EventType, reaso
     };
     if let Err(e) = ctx.events.publish(&event, &bulkhead.object_ref(&())).await {
         // An Event is a courtesy; failing to record one must not fail the reconcile.
-        warn!(error = %e, "could not publish event");
+        warn!(error = %crate::error_chain::Chain(&e), "could not publish event");
     }
 }
 

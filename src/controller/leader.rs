@@ -53,7 +53,9 @@ impl Leadership {
         drop(self.holding);
         match tokio::time::timeout(RELEASE_TIMEOUT, self.task).await {
             Ok(Ok(Ok(_))) => info!("released the leader lease"),
-            Ok(Ok(Err(e))) => warn!(error = %e, "could not release the leader lease; it expires on its own"),
+            Ok(Ok(Err(e))) => {
+                warn!(error = %crate::error_chain::Chain(&e), "could not release the leader lease; it expires on its own")
+            }
             Ok(Err(e)) => warn!(error = %e, "lease manager task failed"),
             Err(_) => warn!("releasing the leader lease timed out; it expires on its own"),
         }

@@ -73,7 +73,7 @@ pub use leader::LeaseRef;
 fn error_policy(obj: Arc<DeserializeGuard<Bulkhead>>, error: &Error, ctx: Arc<Context>) -> Action {
     let wait = ctx.backoff.next(&obj.name_any());
     ctx.metrics.errors.get_or_create(&metrics::ErrorLabels { error: error.metric_label().into() }).inc();
-    warn!(bulkhead = %obj.name_any(), %error, retry_in = ?wait, "reconcile failed");
+    warn!(bulkhead = %obj.name_any(), error = %crate::error_chain::Chain(error), retry_in = ?wait, "reconcile failed");
     Action::requeue(wait)
 }
 
@@ -135,7 +135,7 @@ pub async fn run(client: Client, options: RunOptions) -> Result<(), Error> {
     let bulkheads: Api<DeserializeGuard<Bulkhead>> = Api::all(client);
     Controller::new(bulkheads, watcher::Config::default())
         .with_config(ControllerConfig::default().concurrency(concurrency))
-        .trigger_backoff(watch_backoff::WatchBackoff::default())
+        .trigger_backoff(watch_backoff::WatchBackoff::with_cap(Duration::from_secs(1)))
         .reconcile_all_on(changes)
         .graceful_shutdown_on(shutdown)
         .run(reconcile::reconcile, error_policy, ctx)
@@ -154,7 +154,7 @@ pub async fn run(client: Client, options: RunOptions) -> Result<(), Error> {
     let _ = stop_http.send(());
     match server.await {
         Ok(Ok(())) => {}
-        Ok(Err(e)) => warn!(error = %e, "metrics server failed"),
+        Ok(Err(e)) => warn!(error = %crate::error_chain::Chain(&e), "metrics server failed"),
         Err(e) => warn!(error = %e, "metrics server task failed"),
     }
     Ok(())

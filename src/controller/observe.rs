@@ -22,13 +22,14 @@ use k8s_openapi::api::{
 };
 use kube::{
     api::{Api, PartialObjectMeta},
-    runtime::{watcher, WatchStreamExt},
+    runtime::watcher,
     Client, ResourceExt,
 };
 use serde::de::DeserializeOwned;
 use tokio::sync::{Notify, RwLock};
 use tracing::{debug, warn};
 
+use super::watch_backoff::{Failure, WatchBackoff};
 use crate::{
     crd::{Bulkhead, MANAGED_BY_LABEL, MANAGED_BY_VALUE},
     snapshot::{Indexed, Seniority, Snapshot},
@@ -137,15 +138,15 @@ pub fn start(client: &Client) -> Arc<SharedSnapshot> {
 fn spawn_seniority(api: Api<PartialObjectMeta<Bulkhead>>, shared: Arc<SharedSnapshot>) {
     shared.pending.fetch_add(1, Ordering::AcqRel);
     tokio::spawn(async move {
-        let mut stream =
-            watcher(api, watcher::Config::default()).backoff(super::watch_backoff::WatchBackoff::default()).boxed();
+        let mut stream = watcher(api, watcher::Config::default()).boxed();
+        let mut retry = WatchBackoff::default();
         let mut buffer: Option<Seniority> = None;
         let mut listed_once = false;
         while let Some(event) = stream.next().await {
             let event = match event {
                 Ok(event) => event,
                 Err(e) => {
-                    warn!(kind = "Bulkhead", error = %e, "watch failed; retrying");
+                    wait_to_retry(&mut retry, "Bulkhead", &e).await;
                     continue;
                 }
             };
@@ -194,6 +195,14 @@ fn spawn_seniority(api: Api<PartialObjectMeta<Bulkhead>>, shared: Arc<SharedSnap
     });
 }
 
+/// One WARN line per failed attempt, with the wait before the next one;
+/// the watcher is not polled meanwhile, so it does not retry sooner.
+async fn wait_to_retry(retry: &mut WatchBackoff, kind: &str, error: &watcher::Error) {
+    let wait = retry.failed(Failure::of(error), std::time::Instant::now());
+    warn!(%kind, error = %crate::error_chain::Chain(error), retry_in = ?wait, "watch failed");
+    tokio::time::sleep(wait).await;
+}
+
 /// What a watched kind needs beyond the snapshot's index.
 trait Watched: Indexed + Clone + DeserializeOwned + Debug + Send + Sync + 'static {}
 impl<K: Indexed + Clone + DeserializeOwned + Debug + Send + Sync + 'static> Watched for K {}
@@ -203,15 +212,16 @@ fn spawn<K: Watched>(api: Api<K>, config: watcher::Config, shared: Arc<SharedSna
     tokio::spawn(async move {
         let kind = K::kind(&()).to_string();
         let is_pod = kind == "Pod";
-        let mut stream = watcher(api, config).backoff(super::watch_backoff::WatchBackoff::default()).boxed();
+        let mut stream = watcher(api, config).boxed();
+        let mut retry = WatchBackoff::default();
         let mut buffer: Option<BTreeMap<K::Key, K::Lean>> = None;
         let mut listed_once = false;
         while let Some(event) = stream.next().await {
             let event = match event {
                 Ok(event) => event,
                 Err(e) => {
-                    // The backoff retries; the snapshot keeps its last state meanwhile.
-                    warn!(%kind, error = %e, "watch failed; retrying");
+                    // The snapshot keeps its last state meanwhile.
+                    wait_to_retry(&mut retry, &kind, &e).await;
                     continue;
                 }
             };

@@ -93,7 +93,7 @@ async fn reconcile_bulkhead(bulkhead: &Bulkhead, ctx: &Context) -> Result<Action
 
     let (outcome, apply_error) = match execute(ctx, bulkhead, &name, &evaluation).await {
         Executed::Done(outcome) => (outcome, None),
-        Executed::Failed(e) => (ApplyOutcome::Failed(e.to_string()), Some(e)),
+        Executed::Failed(e) => (ApplyOutcome::Failed(crate::error_chain::Chain(&e).to_string()), Some(e)),
         // Someone wrote a node between observation and write: plan again from
         // its new taint list, without reporting a failure.
         Executed::Replan => return Ok(Action::requeue(Duration::from_millis(200))),

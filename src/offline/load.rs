@@ -46,7 +46,7 @@ pub const STDIN: &str = "-";
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    #[error("{file}: {source}")]
+    #[error("{file}")]
     Read {
         file: PathBuf,
         #[source]

@@ -42,10 +42,10 @@ pub enum ProxyError {
     Config(#[from] reload::LoadError),
     #[error("{0}")]
     Usage(String),
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}")]
     Bind { addr: SocketAddr, source: std::io::Error },
-    #[error("admin server: {0}")]
-    Admin(std::io::Error),
+    #[error("admin server")]
+    Admin(#[source] std::io::Error),
 }
 
 /// The runtime `--workers` asks for: one thread runs everything on the
