@@ -39,6 +39,10 @@ enum Command {
         /// Name of the Lease.
         #[arg(long, default_value = "bulkhead-operator")]
         lease_name: String,
+        /// After SIGTERM or SIGINT, how long in-flight reconciles may take before the process stops
+        /// anyway (a second signal stops it at once).
+        #[arg(long, value_name = "DURATION", default_value = "4s", value_parser = bulkhead::proxy::options::parse_duration)]
+        shutdown_grace: std::time::Duration,
         #[command(flatten)]
         config: ConfigArgs,
     },
@@ -154,11 +158,19 @@ fn main() -> ExitCode {
         Err(e) => return parse_error(e),
     };
     match cli.command {
-        Command::Run { metrics_addr, log_format, leader_elect, lease_namespace, lease_name, config } => {
+        Command::Run {
+            metrics_addr,
+            log_format,
+            leader_elect,
+            lease_namespace,
+            lease_name,
+            shutdown_grace,
+            config,
+        } => {
             init_tracing(log_format);
             let lease =
                 leader_elect.then_some(bulkhead::controller::LeaseRef { namespace: lease_namespace, name: lease_name });
-            match run(metrics_addr, lease, config.into()) {
+            match run(metrics_addr, lease, shutdown_grace, config.into()) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!(error = %Chain(&*e), "controller stopped");
@@ -226,21 +238,30 @@ fn init_tracing(format: LogFormat) {
     });
 }
 
-#[tokio::main]
-async fn run(
+fn run(
     metrics_addr: SocketAddr,
     leader_election: Option<bulkhead::controller::LeaseRef>,
+    shutdown_grace: std::time::Duration,
     config: Config,
 ) -> anyhow::Result<()> {
-    let client = kube::Client::try_default().await.context("no Kubernetes credentials (KUBECONFIG or in-cluster)")?;
-    let options = bulkhead::controller::RunOptions {
-        metrics_addr,
-        instance: std::env::var("POD_NAME").ok(),
-        leader_election,
-        config,
-    };
-    bulkhead::controller::run(client, options).await?;
-    Ok(())
+    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    let result = runtime.block_on(async {
+        let client =
+            kube::Client::try_default().await.context("no Kubernetes credentials (KUBECONFIG or in-cluster)")?;
+        let options = bulkhead::controller::RunOptions {
+            metrics_addr,
+            instance: std::env::var("POD_NAME").ok(),
+            leader_election,
+            config,
+            shutdown_grace,
+        };
+        bulkhead::controller::run(client, options).await?;
+        anyhow::Ok(())
+    });
+    // Tasks still waiting on an API server that does not answer must not keep
+    // the process alive past the grace period.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(200));
+    result
 }
 
 fn proxy(args: bulkhead::proxy::ProxyArgs) -> anyhow::Result<()> {

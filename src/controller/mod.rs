@@ -66,6 +66,9 @@ pub struct RunOptions {
     /// Reconcile only while holding this Lease (namespace, name).
     pub leader_election: Option<leader::LeaseRef>,
     pub config: crate::status::Config,
+    /// After SIGTERM or SIGINT: how long in-flight reconciles, the Lease's
+    /// release and the HTTP server may take before the process stops anyway.
+    pub shutdown_grace: Duration,
 }
 
 pub use leader::LeaseRef;
@@ -112,13 +115,25 @@ pub async fn run(client: Client, options: RunOptions) -> Result<(), Error> {
     ctx.metrics.leader.set(1);
     let metrics = ctx.metrics.clone();
     let lost_leadership = leadership.as_ref().map(leader::Leadership::lost);
+    // Set when the first signal arrives: from then on everything is bounded by
+    // the grace period, and a second signal ends the process at once.
+    let (signalled, signal_seen) = tokio::sync::watch::channel::<Option<tokio::time::Instant>>(None);
     let shutdown = async move {
+        let on_signal = async move {
+            shutdown_signal().await;
+            let _ = signalled.send(Some(tokio::time::Instant::now()));
+            tokio::spawn(async {
+                shutdown_signal().await;
+                warn!("second signal: exiting now");
+                std::process::exit(130);
+            });
+        };
         match lost_leadership {
             Some(lost) => tokio::select! {
-                () = shutdown_signal() => {}
+                () = on_signal => {}
                 () = lost => warn!("lost the leader lease; stopping"),
             },
-            None => shutdown_signal().await,
+            None => on_signal.await,
         }
     };
 
@@ -133,7 +148,7 @@ pub async fn run(client: Client, options: RunOptions) -> Result<(), Error> {
     // different Bulkheads are independent; the CPU part is short and serial.
     let concurrency = 16;
     let bulkheads: Api<DeserializeGuard<Bulkhead>> = Api::all(client);
-    Controller::new(bulkheads, watcher::Config::default())
+    let controller = Controller::new(bulkheads, watcher::Config::default())
         .with_config(ControllerConfig::default().concurrency(concurrency))
         .trigger_backoff(watch_backoff::WatchBackoff::with_cap(Duration::from_secs(1)))
         .reconcile_all_on(changes)
@@ -143,19 +158,42 @@ pub async fn run(client: Client, options: RunOptions) -> Result<(), Error> {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "controller event");
             }
-        })
-        .await;
+        });
+    let grace = options.shutdown_grace;
+    let mut signal_time = signal_seen.clone();
+    let expired = async move {
+        match signal_time.wait_for(Option::is_some).await.ok().and_then(|at| *at) {
+            Some(at) => tokio::time::sleep_until(at + grace).await,
+            // The Lease was lost (no signal): the controller stops by itself.
+            None => futures::future::pending().await,
+        }
+    };
+    tokio::select! {
+        () = controller => {}
+        () = expired => {
+            // In-flight reconciles did not finish in time (an API server that
+            // does not answer, say): stop without releasing the Lease, so no
+            // standby writes beside a reconcile this process might still run.
+            warn!(grace = ?grace, "in-flight work did not finish in the grace period; stopping without releasing the Lease");
+            metrics.leader.set(0);
+            return Ok(());
+        }
+    }
+    let deadline = signal_seen.borrow().map_or_else(|| tokio::time::Instant::now() + grace, |at| at + grace);
     info!("shutting down");
     metrics.leader.set(0);
     // Only now, with no reconcile left in flight, may a standby start writing.
     if let Some(leadership) = leadership {
-        leadership.release().await;
+        if tokio::time::timeout_at(deadline, leadership.release()).await.is_err() {
+            warn!("the Lease was not released in the grace period; a standby takes it when it expires");
+        }
     }
     let _ = stop_http.send(());
-    match server.await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => warn!(error = %crate::error_chain::Chain(&e), "metrics server failed"),
-        Err(e) => warn!(error = %e, "metrics server task failed"),
+    match tokio::time::timeout_at(deadline, server).await {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(e))) => warn!(error = %crate::error_chain::Chain(&e), "metrics server failed"),
+        Ok(Err(e)) => warn!(error = %e, "metrics server task failed"),
+        Err(_) => warn!("the metrics server did not stop in the grace period"),
     }
     Ok(())
 }
