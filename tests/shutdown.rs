@@ -10,7 +10,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-fn start(dir: &std::path::Path, extra: &[&str]) -> Child {
+fn start(dir: &std::path::Path, metrics: &str, extra: &[&str]) -> Child {
     let kubeconfig = dir.join("kubeconfig");
     std::fs::write(
         &kubeconfig,
@@ -19,7 +19,7 @@ fn start(dir: &std::path::Path, extra: &[&str]) -> Child {
     )
     .expect("kubeconfig");
     Command::new(env!("CARGO_BIN_EXE_bulkhead"))
-        .args(["run", "--metrics-addr", "127.0.0.1:0"])
+        .args(["run", "--metrics-addr", metrics])
         .args(extra)
         .env("KUBECONFIG", &kubeconfig)
         .env("NO_COLOR", "1")
@@ -29,6 +29,15 @@ fn start(dir: &std::path::Path, extra: &[&str]) -> Child {
         .stderr(Stdio::null())
         .spawn()
         .expect("bulkhead runs")
+}
+
+fn scrape(port: u16) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("metrics port");
+    stream.write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").expect("request");
+    let mut body = String::new();
+    stream.read_to_string(&mut body).expect("response");
+    body
 }
 
 fn signal(child: &Child, sig: i32) {
@@ -56,10 +65,21 @@ fn exit_within(child: &mut Child, limit: Duration) -> (Option<i32>, Duration) {
 #[test]
 fn sigterm_stops_it_within_the_grace_period_and_the_log_stays_quiet() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut child = start(dir.path(), &[]);
+    let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port();
+    let mut child = start(dir.path(), &format!("127.0.0.1:{port}"), &[]);
     // Long enough for every watch to fail several times, and for the
     // controller's graceful path to be waiting on the API server.
     thread::sleep(Duration::from_secs(8));
+    // Each failed attempt is counted, by kind.
+    let metrics = scrape(port);
+    for kind in ["Pod", "Node", "Bulkhead"] {
+        let series = format!("bulkhead_watch_failures_total{{kind=\"{kind}\"}} ");
+        let count: f64 = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&series)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {series} in:\n{metrics}"));
+        assert!(count >= 2.0, "{kind}: {count} failed attempts counted in 8 s");
+    }
     signal(&child, libc::SIGTERM);
     let (code, took) = exit_within(&mut child, Duration::from_secs(5));
     assert_eq!(code, Some(0), "a clean stop");
@@ -74,7 +94,7 @@ fn sigterm_stops_it_within_the_grace_period_and_the_log_stays_quiet() {
 fn a_second_signal_stops_it_at_once() {
     let dir = tempfile::tempdir().expect("tempdir");
     // A grace period far longer than the test waits: only the second signal can end it in time.
-    let mut child = start(dir.path(), &["--shutdown-grace", "60s"]);
+    let mut child = start(dir.path(), "127.0.0.1:0", &["--shutdown-grace", "60s"]);
     thread::sleep(Duration::from_secs(8));
     signal(&child, libc::SIGTERM);
     thread::sleep(Duration::from_millis(500));

@@ -25,6 +25,12 @@ use crate::{
 const CONDITION_STATUSES: [&str; 3] = ["True", "False", "Unknown"];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    /// The watched kind (Pod, Node, Bulkhead, ...).
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
     /// success or error, as controller-runtime's reconcile_total counts them.
     pub result: &'static str,
@@ -160,6 +166,14 @@ impl Default for Metrics {
 
 /// What every operator exports (controller-runtime, cert-manager, Kueue):
 /// reconciles by result, the build, and whether this replica leads.
+impl Metrics {
+    /// Counts the snapshot's failed watch attempts (the family lives with the
+    /// watches, which start before the metrics do).
+    pub fn register_watch_failures(&mut self, failures: Family<KindLabels, Counter>) {
+        self.registry.register("watch_failures", "Failed watch attempts, by kind", failures);
+    }
+}
+
 fn register_conventions(registry: &mut Registry) -> (Family<ResultLabels, Counter>, Gauge) {
     let reconciles = Family::<ResultLabels, Counter>::default();
     registry.register("reconciles", "Reconciles finished, by result (success, error)", reconciles.clone());

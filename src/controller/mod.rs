@@ -83,11 +83,13 @@ fn error_policy(obj: Arc<DeserializeGuard<Bulkhead>>, error: &Error, ctx: Arc<Co
 /// Run until SIGTERM or SIGINT.
 pub async fn run(client: Client, options: RunOptions) -> Result<(), Error> {
     let snapshot = observe::start(&client);
+    let mut metrics = Metrics::default();
+    metrics.register_watch_failures(snapshot.watch_failures.clone());
     let reporter = Reporter { controller: "bulkhead".into(), instance: options.instance.clone() };
     let ctx = Arc::new(Context {
         client: client.clone(),
         events: recorder::EventRecorder::new(client.clone(), reporter),
-        metrics: Arc::new(Metrics::default()),
+        metrics: Arc::new(metrics),
         snapshot: snapshot.clone(),
         backoff: backoff::Backoff::default(),
         config: options.config.clone(),

@@ -25,11 +25,15 @@ use kube::{
     runtime::watcher,
     Client, ResourceExt,
 };
+use prometheus_client::metrics::{counter::Counter, family::Family};
 use serde::de::DeserializeOwned;
 use tokio::sync::{Notify, RwLock};
 use tracing::{debug, warn};
 
-use super::watch_backoff::{Failure, WatchBackoff};
+use super::{
+    metrics::KindLabels,
+    watch_backoff::{Failure, WatchBackoff},
+};
 use crate::{
     crd::{Bulkhead, MANAGED_BY_LABEL, MANAGED_BY_VALUE},
     snapshot::{Indexed, Seniority, Snapshot},
@@ -47,6 +51,8 @@ pub struct SharedSnapshot {
     /// Bulkhead's last evaluation still holds (`status::evaluate_kept`).
     others: AtomicU64,
     changed: Notify,
+    /// Failed watch attempts by kind (`bulkhead_watch_failures_total`).
+    pub watch_failures: Family<KindLabels, Counter>,
 }
 
 impl SharedSnapshot {
@@ -58,6 +64,7 @@ impl SharedSnapshot {
             children_pending: AtomicUsize::new(CHILD_KINDS.len()),
             others: AtomicU64::new(0),
             changed: Notify::new(),
+            watch_failures: Family::default(),
         }
     }
 
@@ -70,6 +77,7 @@ impl SharedSnapshot {
             children_pending: AtomicUsize::new(0),
             others: AtomicU64::new(0),
             changed: Notify::new(),
+            watch_failures: Family::default(),
         })
     }
 
@@ -146,7 +154,7 @@ fn spawn_seniority(api: Api<PartialObjectMeta<Bulkhead>>, shared: Arc<SharedSnap
             let event = match event {
                 Ok(event) => event,
                 Err(e) => {
-                    wait_to_retry(&mut retry, "Bulkhead", &e).await;
+                    wait_to_retry(&mut retry, "Bulkhead", &e, &shared).await;
                     continue;
                 }
             };
@@ -197,7 +205,8 @@ fn spawn_seniority(api: Api<PartialObjectMeta<Bulkhead>>, shared: Arc<SharedSnap
 
 /// One WARN line per failed attempt, with the wait before the next one;
 /// the watcher is not polled meanwhile, so it does not retry sooner.
-async fn wait_to_retry(retry: &mut WatchBackoff, kind: &str, error: &watcher::Error) {
+async fn wait_to_retry(retry: &mut WatchBackoff, kind: &str, error: &watcher::Error, shared: &SharedSnapshot) {
+    shared.watch_failures.get_or_create(&KindLabels { kind: kind.to_owned() }).inc();
     let wait = retry.failed(Failure::of(error), std::time::Instant::now());
     warn!(%kind, error = %crate::error_chain::Chain(error), retry_in = ?wait, "watch failed");
     tokio::time::sleep(wait).await;
@@ -221,7 +230,7 @@ fn spawn<K: Watched>(api: Api<K>, config: watcher::Config, shared: Arc<SharedSna
                 Ok(event) => event,
                 Err(e) => {
                     // The snapshot keeps its last state meanwhile.
-                    wait_to_retry(&mut retry, &kind, &e).await;
+                    wait_to_retry(&mut retry, &kind, &e, &shared).await;
                     continue;
                 }
             };
