@@ -344,22 +344,14 @@ async fn api_server_and_etcd_killed_mid_reconcile_and_restarted() {
             // default watch backoff (0.8 s doubling to 30 s) to reach waits of 13-26 s.
             tokio::time::sleep(DOWN).await;
         }
+        // `restart` returns once /readyz answers: the change is made at that
+        // moment, as a user would make it. Custom resources are served a
+        // moment later (and after etcd's return the API server holds
+        // requests until its etcd client has reconnected), so it may be
+        // refused at first; it is sent again until it is taken.
         cp.restart(component);
-        let restarted = Instant::now();
-        // Ready: the API server serves a read again (after etcd's return it holds
-        // requests until its own etcd client has reconnected).
-        let bulkheads: Api<Bulkhead> = Api::all(client.clone());
-        while !matches!(tokio::time::timeout(Duration::from_secs(1), bulkheads.get(&case.name)).await, Ok(Ok(_))) {
-            assert!(
-                restarted.elapsed() < Duration::from_secs(60),
-                "the API server does not serve after {component} restarted"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        let serving = restarted.elapsed();
-        let down = killed.elapsed();
         let ready = Instant::now();
-        // The change, made at once; after etcd restarts, the API server may refuse it for a moment.
+        let down = killed.elapsed();
         let mut refused = 0;
         loop {
             let (ok, _, err) = cp.try_apply_yaml(&case.bulkhead(&after));
@@ -376,7 +368,7 @@ async fn api_server_and_etcd_killed_mid_reconcile_and_restarted() {
         let applied = changed.elapsed();
         let since_ready = ready.elapsed();
         eprintln!(
-            "figure: {component} SIGKILLed mid-reconcile, back after {down:.1?} (the API server serving {serving:.2?} after the restart); the next change, made as it was ready, accepted {accepted:.2?} after it was ready ({refused} refusals) and applied {applied:.2?} after that: {since_ready:.2?} in all"
+            "figure: {component} SIGKILLed mid-reconcile, back after {down:.1?}; the next change, made the moment /readyz answered, accepted {accepted:.2?} later ({refused} refusals) and applied {applied:.2?} after that: {since_ready:.2?} from /readyz in all"
         );
         assert!(
             since_ready <= AFTER_RESTART,
