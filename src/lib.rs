@@ -5,7 +5,8 @@
 //! {controller, offline}`. Everything left of `controller` is pure and shared
 //! by the controller and the offline CLI. `proxy` enforces a pool config at
 //! run time and depends only on `pool_config`; `shard` (shuffle sharding) is
-//! pure and stands alone; `logging` sets up log output for both binaries' modes.
+//! pure and stands alone; `logging` sets up log output for both binaries' modes;
+//! `usage` turns the proxies' telemetry into sizing advice (pure as well).
 
 #![forbid(unsafe_code)]
 
@@ -22,3 +23,4 @@ pub mod select;
 pub mod shard;
 pub mod snapshot;
 pub mod status;
+pub mod usage;

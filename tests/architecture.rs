@@ -27,6 +27,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("shard", &[]),
     ("logging", &[]),
     ("error_chain", &[]),
+    ("usage", &["crd", "pool_config", "plan"]),
 ];
 
 fn src() -> PathBuf {
