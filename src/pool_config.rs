@@ -15,7 +15,7 @@ pub const POOL_CONFIG_KEY: &str = "pools.json";
 /// Schema version of the JSON document; bump on incompatible change.
 pub const POOL_CONFIG_VERSION: u32 = 1;
 
-/// The JSON document (documented in the README).
+/// The JSON document (documented in docs/reference/pools-json.md).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PoolConfig {

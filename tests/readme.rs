@@ -1,7 +1,8 @@
-//! Every offline command the README shows runs here, its output checked
-//! (trycmd), so that the README cannot drift from the binary.
+//! Every offline command the README and the docs show (README.md,
+//! TESTING.md, CONTRIBUTING.md and docs/**/*.md) runs here, its output
+//! checked (trycmd), so that no page can drift from the binary.
 //!
-//! A README block is a case when its first line is `$ bulkhead …` or
+//! A block is a case when its first line is `$ bulkhead …` or
 //! `$ cargo run -q -- …` (the same binary). The README's conventions are
 //! translated for trycmd: stdout and stderr are shown together; a command
 //! ending in `>/dev/null` shows stderr alone (its stdout is matched by `...`);
@@ -89,25 +90,54 @@ fn command(line: &str) -> Option<String> {
     })
 }
 
-#[test]
-fn every_offline_command_in_the_readme_prints_what_it_shows() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
-    let (cases, count) = transcripts(&readme);
-    assert!(count >= 10, "only {count} README transcripts found: the extraction broke");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("readme.md");
-    std::fs::write(&file, &cases).expect("write");
-    trycmd::TestCases::new()
-        .register_bin("bulkhead", std::path::PathBuf::from(env!("CARGO_BIN_EXE_bulkhead")))
-        .env("NO_COLOR", "1")
-        .case(&file);
+/// The pages whose transcripts are checked: the top-level ones and every page under docs/.
+fn pages(root: &std::path::Path) -> Vec<std::path::PathBuf> {
+    fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        let mut entries: Vec<_> = std::fs::read_dir(dir).expect("read docs/").map(|e| e.expect("entry").path()).collect();
+        entries.sort();
+        for path in entries {
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "md") {
+                out.push(path);
+            }
+        }
+    }
+    let mut pages: Vec<_> = ["README.md", "TESTING.md", "CONTRIBUTING.md"].iter().map(|p| root.join(p)).collect();
+    walk(&root.join("docs"), &mut pages);
+    pages
 }
 
-/// The version claim is made once in the chart and repeated in the README:
-/// the two must name the same range.
 #[test]
-fn the_readme_states_the_charts_kube_version() {
+fn every_offline_command_in_the_docs_prints_what_it_shows() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cases = trycmd::TestCases::new();
+    cases.register_bin("bulkhead", std::path::PathBuf::from(env!("CARGO_BIN_EXE_bulkhead"))).env("NO_COLOR", "1");
+    let (mut total, mut in_readme) = (0, 0);
+    for page in pages(root) {
+        let text = std::fs::read_to_string(&page).unwrap_or_else(|e| panic!("{}: {e}", page.display()));
+        let (transcript, count) = transcripts(&text);
+        if count == 0 {
+            continue;
+        }
+        if page.ends_with("README.md") && page.parent() == Some(root) {
+            in_readme = count;
+        }
+        total += count;
+        let name = page.strip_prefix(root).expect("under the root").to_string_lossy().replace('/', "__");
+        let file = dir.path().join(name);
+        std::fs::write(&file, &transcript).expect("write");
+        cases.case(&file);
+    }
+    assert!(in_readme >= 2, "only {in_readme} README transcripts found: the offline demo is gone or the extraction broke");
+    assert!(total >= 10, "only {total} transcripts found in the docs: the extraction broke");
+}
+
+/// The version claim is made once in the chart and repeated in the
+/// compatibility page: the two must name the same range.
+#[test]
+fn the_docs_state_the_charts_kube_version() {
     let chart = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/charts/bulkhead/Chart.yaml"))
         .expect("Chart.yaml");
     let range = chart
@@ -115,7 +145,45 @@ fn the_readme_states_the_charts_kube_version() {
         .find_map(|l| l.strip_prefix("kubeVersion:"))
         .map(|v| v.trim().trim_matches('"'))
         .expect("the chart declares kubeVersion");
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).expect("README.md");
+    let page = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations/compatibility.md");
+    let text = std::fs::read_to_string(page).expect("docs/operations/compatibility.md");
     let claimed = format!("`kubeVersion: \"{range}\"`");
-    assert!(readme.contains(&claimed), "the README's version section states {claimed}");
+    assert!(text.contains(&claimed), "the compatibility page states {claimed}");
+}
+
+/// The README stays a front page: what, a demo, a quickstart, the two
+/// commands. Everything else lives under docs/.
+#[test]
+fn the_readme_is_at_most_250_lines() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).expect("README.md");
+    let lines = readme.lines().count();
+    assert!(lines <= 250, "README.md has {lines} lines; move the detail to docs/");
+}
+
+/// Every relative link of every page points at a file that exists, so
+/// moving a page cannot leave the table of contents pointing nowhere.
+#[test]
+fn every_relative_link_in_the_docs_resolves() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut broken = Vec::new();
+    let mut checked = 0;
+    for page in pages(root) {
+        let text = std::fs::read_to_string(&page).expect("page");
+        for (i, _) in text.match_indices("](") {
+            let rest = &text[i + 2..];
+            let Some(end) = rest.find(')') else { continue };
+            let target = &rest[..end];
+            if target.contains("://") || target.starts_with('#') || target.starts_with("mailto:") {
+                continue;
+            }
+            let file = target.split('#').next().unwrap_or(target);
+            checked += 1;
+            let base = page.parent().expect("a page has a directory");
+            if !base.join(file).exists() {
+                broken.push(format!("{}: {target}", page.strip_prefix(root).unwrap_or(&page).display()));
+            }
+        }
+    }
+    assert!(checked >= 10, "only {checked} relative links found: the extraction broke");
+    assert!(broken.is_empty(), "links to files that do not exist:\n{}", broken.join("\n"));
 }
