@@ -29,9 +29,19 @@ pub struct PoolConfig {
     pub capacity: u32,
     /// Units any class may borrow beyond its floor, on this replica.
     pub shared_surplus: u32,
-    /// What to do at a class's ceiling: always "reject" (never queue across classes).
-    pub on_ceiling: String,
+    /// What to do at a class's ceiling.
+    pub on_ceiling: OnCeiling,
     pub classes: Vec<PoolClass>,
+}
+
+/// What an enforcer does with a request past its class's ceiling. Only
+/// rejection exists: a bulkhead never queues, least of all across classes.
+/// Any other value is refused when the document is read, with the field named.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OnCeiling {
+    #[default]
+    #[serde(rename = "reject")]
+    Reject,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -55,8 +65,6 @@ pub struct PoolClass {
 pub enum PoolConfigError {
     #[error("version: {found} is not supported (this build reads version {POOL_CONFIG_VERSION})")]
     Version { found: u32 },
-    #[error("onCeiling: {found:?} is not supported (only \"reject\": a bulkhead never queues)")]
-    OnCeiling { found: String },
     #[error("classes: no class is defined")]
     NoClasses,
     #[error("classes[{index}].name: {name:?} appears twice")]
@@ -77,9 +85,6 @@ impl PoolConfig {
     pub fn validate(&self) -> Result<(), PoolConfigError> {
         if self.version != POOL_CONFIG_VERSION {
             return Err(PoolConfigError::Version { found: self.version });
-        }
-        if self.on_ceiling != "reject" {
-            return Err(PoolConfigError::OnCeiling { found: self.on_ceiling.clone() });
         }
         if self.classes.is_empty() {
             return Err(PoolConfigError::NoClasses);
@@ -180,6 +185,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn only_reject_is_read_at_the_ceiling() {
+        let mut doc = serde_json::to_value(example()).expect("serialises");
+        assert_eq!(doc["onCeiling"], "reject");
+        doc["onCeiling"] = "queue".into();
+        let err = serde_path_to_error::deserialize::<_, PoolConfig>(doc).expect_err("queue is refused");
+        assert_eq!(err.path().to_string(), "onCeiling");
+        assert!(err.to_string().contains("unknown variant `queue`, expected `reject`"), "{err}");
+    }
+
+    #[test]
     fn by_default_only_loopback_peers_may_name_a_class() {
         let trusted = Cidr::loopback();
         let believed = |ip: &str| trusted.iter().any(|c| c.contains(ip.parse().expect("ip")));
@@ -208,7 +223,7 @@ mod tests {
             divided_by: 1,
             capacity: 200,
             shared_surplus: 115,
-            on_ceiling: "reject".into(),
+            on_ceiling: OnCeiling::Reject,
             classes: vec![
                 class("checkout", 40, false),
                 class("search", 30, false),
@@ -240,9 +255,6 @@ mod tests {
         let mut c = example();
         c.classes[3].name = "search".into();
         assert!(matches!(c.validate(), Err(PoolConfigError::DuplicateClass { index: 3, .. })));
-        let mut c = example();
-        c.on_ceiling = "queue".into();
-        assert!(c.validate().is_err());
     }
 
     #[test]

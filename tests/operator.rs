@@ -137,7 +137,7 @@ async fn a_bulkhead_gets_its_pool_config_and_quota_and_reports_funded() {
     assert_eq!(config.shared_surplus, 40);
     let checkout = config.classes.iter().find(|c| c.name == "checkout").expect("checkout");
     assert_eq!((checkout.reserved, checkout.ceiling), (15, 55));
-    assert_eq!(config.on_ceiling, "reject");
+    assert_eq!(config.on_ceiling, bulkhead::pool_config::OnCeiling::Reject);
 
     let quota = Api::<ResourceQuota>::namespaced(client.clone(), &ns.name)
         .get(&format!("bulkhead-{name}.checkout"))

@@ -23,7 +23,7 @@ pub fn pool_config(bulkhead: &Bulkhead, capacity: &CapacityPlan) -> PoolConfig {
         divided_by: capacity.divisor,
         capacity: capacity.per_replica_capacity,
         shared_surplus: capacity.per_replica_shared,
-        on_ceiling: "reject".into(),
+        on_ceiling: crate::pool_config::OnCeiling::Reject,
         classes: capacity
             .classes
             .iter()

@@ -21,7 +21,7 @@ pub(crate) fn example() -> PoolConfig {
         divided_by: 1,
         capacity: 200,
         shared_surplus: 115,
-        on_ceiling: "reject".into(),
+        on_ceiling: crate::pool_config::OnCeiling::Reject,
         classes: vec![
             class("checkout", 40, false),
             class("search", 30, false),
