@@ -12,6 +12,7 @@ use super::Context;
 use crate::{
     crd::{Bulkhead, BulkheadStatus, LayerState},
     plan::Change,
+    status::ConditionStatus,
 };
 
 /// An Event for every condition whose status flipped (or appeared).
@@ -22,7 +23,10 @@ pub async fn announce_flips(ctx: &Context, bulkhead: &Bulkhead, old: Option<&Bul
             continue;
         }
         // Every condition is positive: False is what a person should look at.
-        let type_ = if c.status == "True" { EventType::Normal } else { EventType::Warning };
+        let type_ = match ConditionStatus::of(c) {
+            Some(ConditionStatus::True) => EventType::Normal,
+            _ => EventType::Warning,
+        };
         publish(
             ctx,
             bulkhead,

@@ -7,7 +7,10 @@ use kube::ResourceExt;
 use serde_json::{json, Value};
 
 use super::evaluate::Evaluated;
-use crate::crd::{Layer, LayerState};
+use crate::{
+    crd::{Layer, LayerState},
+    status::{ConditionStatus, CONTROL_PLANE_LANE, FUNDED},
+};
 
 pub const EXIT_OK: u8 = 0;
 pub const EXIT_SHARED_OR_UNFUNDED: u8 = 1;
@@ -39,8 +42,8 @@ pub fn check_report(evaluations: &[Evaluated], strict: bool) -> CheckReport {
         if !e.plan.capacity.funding.is_funded() {
             failed = true;
         }
-        for c in status.conditions.iter().filter(|c| c.type_ == "Funded" || c.type_ == "ControlPlaneLane") {
-            if c.status != "True" {
+        for c in status.conditions.iter().filter(|c| c.type_ == FUNDED || c.type_ == CONTROL_PLANE_LANE) {
+            if ConditionStatus::of(c) != Some(ConditionStatus::True) {
                 summary.push(format!("{name}: {} {} ({}): {}", c.type_, c.status, c.reason, c.message));
             }
         }

@@ -18,6 +18,17 @@ impl ConditionStatus {
             ConditionStatus::Unknown => "Unknown",
         }
     }
+
+    /// The status of a written condition; `None` for a value the API would
+    /// not have accepted.
+    pub fn of(condition: &Condition) -> Option<Self> {
+        match condition.status.as_str() {
+            "True" => Some(ConditionStatus::True),
+            "False" => Some(ConditionStatus::False),
+            "Unknown" => Some(ConditionStatus::Unknown),
+            _ => None,
+        }
+    }
 }
 
 /// A condition as the planner wants it, before times are attached.
