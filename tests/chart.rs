@@ -188,7 +188,7 @@ fn injected_pod() -> Value {
     );
     let config = PlanConfig { proxy_image: "registry.example/bulkhead:test".into() };
     let plan = bulkhead::plan::plan(&Selection::parse(&bulkhead), &snapshot, &config);
-    let injected: Vec<Value> = changes("shop", &plan, &snapshot, true)
+    let injected: Vec<Value> = changes("shop", &plan, &snapshot, bulkhead::plan::WithheldConfig::KeepLast)
         .iter()
         .filter_map(|c| if let Change::InjectProxy(i) = c { Some(i.body.clone()) } else { None })
         .map(|body| serde_json::from_value(body).expect("yaml value"))

@@ -69,7 +69,7 @@ fn the_sidecar_is_what_a_person_would_write() {
     let snapshot = shop(json!({}), plain_template());
     let p = plan(&bulkhead(INGRESS, 200), &snapshot);
     assert!(p.is_valid(), "{:?}", p.errors);
-    let all = changes("shop", &p, &snapshot, true);
+    let all = changes("shop", &p, &snapshot, bulkhead::plan::WithheldConfig::KeepLast);
     let inject = injections(&all);
     assert_eq!(inject.len(), 1);
     // After the ConfigMap it mounts.
@@ -173,7 +173,10 @@ fn each_rule_of_the_proxy_names_its_field() {
         let p = plan(&bulkhead(proxy, 200), &snapshot);
         let fields: Vec<&str> = p.errors.iter().map(|e| e.field.as_str()).collect();
         assert!(fields.contains(&field), "{proxy}: {fields:?}");
-        assert!(changes("shop", &p, &snapshot, true).is_empty(), "an invalid spec writes nothing");
+        assert!(
+            changes("shop", &p, &snapshot, bulkhead::plan::WithheldConfig::KeepLast).is_empty(),
+            "an invalid spec writes nothing"
+        );
     }
 }
 
@@ -184,13 +187,23 @@ fn an_injected_workload_is_not_patched_again() {
     let p = plan(&bh, &snapshot);
     let settled = after_injection(&p.proxy.injections[0]);
     let again = plan(&bh, &settled);
-    assert!(injections(&changes("shop", &again, &settled, true)).is_empty(), "no rollout loop");
+    assert!(
+        injections(&changes("shop", &again, &settled, bulkhead::plan::WithheldConfig::KeepLast)).is_empty(),
+        "no rollout loop"
+    );
     // Someone removed the container: it is put back.
     let stripped = shop(p.proxy.injections[0].body["metadata"]["annotations"].clone(), plain_template());
-    assert_eq!(injections(&changes("shop", &plan(&bh, &stripped), &stripped, true)).len(), 1);
+    assert_eq!(
+        injections(&changes("shop", &plan(&bh, &stripped), &stripped, bulkhead::plan::WithheldConfig::KeepLast)).len(),
+        1
+    );
     // A changed proxy spec is a new patch.
     let changed = bulkhead("{mode: Ingress, port: 8082, upstreamPort: 8080}", 200);
-    assert_eq!(injections(&changes("shop", &plan(&changed, &settled), &settled, true)).len(), 1);
+    assert_eq!(
+        injections(&changes("shop", &plan(&changed, &settled), &settled, bulkhead::plan::WithheldConfig::KeepLast))
+            .len(),
+        1
+    );
 }
 
 #[test]
@@ -202,7 +215,7 @@ fn removing_the_proxy_or_the_bulkhead_withdraws_the_sidecar() {
     if let Some(w) = without.spec.workload.as_mut() {
         w.proxy = None;
     }
-    let c = changes("shop", &plan(&without, &settled), &settled, true);
+    let c = changes("shop", &plan(&without, &settled), &settled, bulkhead::plan::WithheldConfig::KeepLast);
     assert!(
         c.iter().any(|c| matches!(c, Change::WithdrawProxy(_, key) if key.name == "api")),
         "{:?}",
@@ -221,7 +234,7 @@ fn an_unfunded_design_leaves_injected_sidecars_in_place() {
     // 40 + 30 + 5 reserved do not fit in 50.
     let unfunded = bulkhead(INGRESS, 50);
     let p = plan(&unfunded, &settled);
-    let c = changes("shop", &p, &settled, true);
+    let c = changes("shop", &p, &settled, bulkhead::plan::WithheldConfig::KeepLast);
     assert!(!c.iter().any(|c| matches!(c, Change::WithdrawProxy(..) | Change::InjectProxy(_))), "{c:?}");
     let now = Time(jiff::Timestamp::from_second(1_800_000_000).expect("time"));
     let status = build_status(&unfunded, &p, None, &ApplyOutcome::NotApplied, None, &now);

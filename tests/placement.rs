@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use bulkhead::{
     crd::Bulkhead,
-    plan::{changes, merge_taints, teardown, Change, NodeChange, Plan, PlanConfig},
+    plan::{changes, merge_taints, teardown, Change, NodeChange, Plan, PlanConfig, WithheldConfig},
     select::Selection,
     snapshot::{NamespaceInfo, Snapshot},
     status::{build_status, ApplyOutcome, NODE_GROUPS_READY, PLACED, QUOTAS_SCOPED},
@@ -220,13 +220,13 @@ fn claims_are_stable_across_reconciles_and_new_nodes() {
     let mut cluster = Cluster::with_nodes(&["node-3", "node-4", "node-5", "node-6"]);
     let bh = shop();
     let first = plan(&bh, &cluster.snapshot());
-    cluster.apply(&changes("shop", &first, &cluster.snapshot(), false));
+    cluster.apply(&changes("shop", &first, &cluster.snapshot(), WithheldConfig::Remove));
     // A node that sorts first joins: nothing moves, nothing is written.
     cluster.node("node-0", json!({"pool": "general"}), json!([]), true);
     let again = plan(&bh, &cluster.snapshot());
     assert_eq!(claimed(&again, "checkout"), claimed(&first, "checkout"));
     assert_eq!(claimed(&again, "reports"), claimed(&first, "reports"));
-    let node_writes: Vec<_> = changes("shop", &again, &cluster.snapshot(), false)
+    let node_writes: Vec<_> = changes("shop", &again, &cluster.snapshot(), WithheldConfig::Remove)
         .into_iter()
         .filter(|c| matches!(c, Change::Node(_)))
         .collect();
@@ -238,13 +238,13 @@ fn a_lost_node_is_replaced_and_an_unready_one_released_and_replaced() {
     let mut cluster = Cluster::with_nodes(&["node-1", "node-2", "node-3", "node-4", "node-5", "node-6"]);
     let bh = shop();
     let first = plan(&bh, &cluster.snapshot());
-    cluster.apply(&changes("shop", &first, &cluster.snapshot(), false));
+    cluster.apply(&changes("shop", &first, &cluster.snapshot(), WithheldConfig::Remove));
 
     cluster.nodes.remove("node-2");
     let p = plan(&bh, &cluster.snapshot());
     assert_eq!(claimed(&p, "checkout"), ["node-1", "node-5"], "node-1 kept, node-5 replaces the lost node-2");
     assert_eq!(claimed(&p, "reports"), ["node-3", "node-4"]);
-    cluster.apply(&changes("shop", &p, &cluster.snapshot(), false));
+    cluster.apply(&changes("shop", &p, &cluster.snapshot(), WithheldConfig::Remove));
 
     // node-3 goes NotReady: released (label and taint gone) and replaced by node-6.
     let mut node3 = cluster.nodes["node-3"].clone();
@@ -312,7 +312,7 @@ fn nodes_running_another_class_pods_are_claimed_last() {
 fn a_claim_is_kept_when_someone_else_taints_the_node() {
     let mut cluster = Cluster::with_nodes(&["node-1", "node-2", "node-3", "node-4", "node-5"]);
     let bh = shop();
-    cluster.apply(&changes("shop", &plan(&bh, &cluster.snapshot()), &cluster.snapshot(), false));
+    cluster.apply(&changes("shop", &plan(&bh, &cluster.snapshot()), &cluster.snapshot(), WithheldConfig::Remove));
     // The kubelet reports memory pressure on node-1.
     let mut node1 = cluster.nodes["node-1"].clone();
     node1["spec"]["taints"]
@@ -370,7 +370,7 @@ fn teardown_releases_exactly_our_nodes_keeping_other_taints() {
     );
     let bh = shop();
     let p = plan(&bh, &cluster.snapshot());
-    cluster.apply(&changes("shop", &p, &cluster.snapshot(), false));
+    cluster.apply(&changes("shop", &p, &cluster.snapshot(), WithheldConfig::Remove));
     // Someone adds a taint of their own to a claimed node.
     let mut node1 = cluster.nodes["node-1"].clone();
     node1["spec"]["taints"]
@@ -413,7 +413,7 @@ fn the_workload_patch_carries_class_label_affinity_toleration_anti_affinity_runt
     cluster.deployment("unrelated", "blog");
     let bh = shop();
     let p = plan(&bh, &cluster.snapshot());
-    let all = changes("shop", &p, &cluster.snapshot(), false);
+    let all = changes("shop", &p, &cluster.snapshot(), WithheldConfig::Remove);
     let placed = place_changes(&all);
     assert_eq!(
         placed.iter().map(|p| p.key.name.as_str()).collect::<Vec<_>>(),
@@ -467,21 +467,28 @@ fn a_placed_workload_is_not_patched_again_until_the_spec_changes() {
     cluster.deployment("checkout", "checkout");
     let bh = shop();
     let p = plan(&bh, &cluster.snapshot());
-    cluster.apply(&changes("shop", &p, &cluster.snapshot(), false));
+    cluster.apply(&changes("shop", &p, &cluster.snapshot(), WithheldConfig::Remove));
     let settled = plan(&bh, &cluster.snapshot());
-    assert!(place_changes(&changes("shop", &settled, &cluster.snapshot(), false)).is_empty(), "no rollout loop");
+    assert!(
+        place_changes(&changes("shop", &settled, &cluster.snapshot(), WithheldConfig::Remove)).is_empty(),
+        "no rollout loop"
+    );
 
     // Someone removes the toleration placement set: it is applied again.
     let mut d = cluster.deployments["checkout"].clone();
     d["spec"]["template"]["spec"].as_object_mut().expect("spec").remove("tolerations");
     cluster.deployments.insert("checkout".into(), d);
-    assert_eq!(place_changes(&changes("shop", &plan(&bh, &cluster.snapshot()), &cluster.snapshot(), false)).len(), 1);
+    assert_eq!(
+        place_changes(&changes("shop", &plan(&bh, &cluster.snapshot()), &cluster.snapshot(), WithheldConfig::Remove))
+            .len(),
+        1
+    );
 
     // A spec change (no more runtimeClassName) re-applies with a new fingerprint.
     let mut changed = shop();
     changed.spec.classes[0].runtime_class_name = None;
-    cluster.apply(&changes("shop", &plan(&bh, &cluster.snapshot()), &cluster.snapshot(), false));
-    let again = changes("shop", &plan(&changed, &cluster.snapshot()), &cluster.snapshot(), false);
+    cluster.apply(&changes("shop", &plan(&bh, &cluster.snapshot()), &cluster.snapshot(), WithheldConfig::Remove));
+    let again = changes("shop", &plan(&changed, &cluster.snapshot()), &cluster.snapshot(), WithheldConfig::Remove);
     let placed = place_changes(&again);
     assert_eq!(placed.len(), 1);
     assert!(placed[0].body["spec"]["template"]["spec"].get("runtimeClassName").is_none());
@@ -498,10 +505,10 @@ fn a_workload_with_affinity_of_its_own_settles_after_one_apply() {
     ]}, "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}]}]}}});
     cluster.deployments.insert("admin".into(), d);
     let bh = shop();
-    let first = changes("shop", &plan(&bh, &cluster.snapshot()), &cluster.snapshot(), false);
+    let first = changes("shop", &plan(&bh, &cluster.snapshot()), &cluster.snapshot(), WithheldConfig::Remove);
     assert_eq!(place_changes(&first).len(), 1);
     cluster.apply(&first);
-    let again = changes("shop", &plan(&bh, &cluster.snapshot()), &cluster.snapshot(), false);
+    let again = changes("shop", &plan(&bh, &cluster.snapshot()), &cluster.snapshot(), WithheldConfig::Remove);
     assert!(place_changes(&again).is_empty(), "their preferred terms beside ours are no difference: {again:?}");
 }
 
@@ -510,12 +517,12 @@ fn workloads_that_stop_matching_or_match_two_classes_are_withdrawn_or_left_alone
     let mut cluster = Cluster::with_nodes(&["node-1", "node-2", "node-3", "node-4"]);
     cluster.deployment("checkout", "checkout");
     let bh = shop();
-    cluster.apply(&changes("shop", &plan(&bh, &cluster.snapshot()), &cluster.snapshot(), false));
+    cluster.apply(&changes("shop", &plan(&bh, &cluster.snapshot()), &cluster.snapshot(), WithheldConfig::Remove));
     // The app label changes: the workload is no class's any more.
     let mut d = cluster.deployments["checkout"].clone();
     d["spec"]["template"]["metadata"]["labels"]["app"] = json!("blog");
     cluster.deployments.insert("checkout".into(), d);
-    let c = changes("shop", &plan(&bh, &cluster.snapshot()), &cluster.snapshot(), false);
+    let c = changes("shop", &plan(&bh, &cluster.snapshot()), &cluster.snapshot(), WithheldConfig::Remove);
     assert!(c.iter().any(|c| matches!(c, Change::WithdrawWorkload(_, k) if k.name == "checkout")), "{c:?}");
 
     // A workload two classes match is left alone and reported.
@@ -526,7 +533,7 @@ fn workloads_that_stop_matching_or_match_two_classes_are_withdrawn_or_left_alone
     let mut cluster = Cluster::with_nodes(&["node-1", "node-2", "node-3", "node-4"]);
     cluster.deployment("checkout", "checkout");
     let p = plan(&both, &cluster.snapshot());
-    assert!(place_changes(&changes("shop", &p, &cluster.snapshot(), false)).is_empty());
+    assert!(place_changes(&changes("shop", &p, &cluster.snapshot(), WithheldConfig::Remove)).is_empty());
     let (status, reason, message) = condition(&both, &p, &ApplyOutcome::NotApplied, PLACED);
     assert_eq!((status.as_str(), reason.as_str()), ("False", "WorkloadInTwoClasses"));
     assert!(message.contains("Deployment shop/checkout matches classes checkout and reports"), "{message}");
@@ -629,11 +636,16 @@ fn a_changed_priority_replaces_the_immutable_priority_class() {
     for pc in plan(&bh, &snapshot).priority_classes {
         snapshot.priority_classes.insert(pc.metadata.name.clone().unwrap_or_default(), pc);
     }
-    assert!(changes("shop", &plan(&bh, &snapshot), &snapshot, false).is_empty(), "settled");
+    assert!(
+        changes("shop", &plan(&bh, &snapshot), &snapshot, bulkhead::plan::WithheldConfig::Remove).is_empty(),
+        "settled"
+    );
     let mut raised = shop();
     raised.spec.classes[1].priority = Some(1500);
-    let c: Vec<String> =
-        changes("shop", &plan(&raised, &snapshot), &snapshot, false).iter().map(ToString::to_string).collect();
+    let c: Vec<String> = changes("shop", &plan(&raised, &snapshot), &snapshot, bulkhead::plan::WithheldConfig::Remove)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
     assert_eq!(
         c,
         [
@@ -736,8 +748,10 @@ fn with_placement_classes_sharing_a_namespace_get_quotas_scoped_by_priority_clas
     let mut old = plan(&scoped, &snapshot).quotas[0].clone();
     old.spec.as_mut().expect("spec").scope_selector = None;
     snapshot.resource_quotas.insert(bulkhead::snapshot::ObjectKey::new("shop", "bulkhead-shop.checkout"), old);
-    let c: Vec<String> =
-        changes("shop", &plan(&scoped, &snapshot), &snapshot, false).iter().map(ToString::to_string).collect();
+    let c: Vec<String> = changes("shop", &plan(&scoped, &snapshot), &snapshot, bulkhead::plan::WithheldConfig::Remove)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
     let delete = c.iter().position(|c| c == "delete ResourceQuota shop/bulkhead-shop.checkout").expect("deleted");
     let apply = c.iter().position(|c| c == "apply ResourceQuota shop/bulkhead-shop.checkout").expect("re-applied");
     assert!(delete < apply, "{c:?}");
@@ -768,7 +782,7 @@ fn placement_needs_a_pod_selector_a_label_key_and_is_off_unless_a_class_asks() {
     assert!(p.placement.is_none() && p.priority_classes.is_empty() && p.node_groups.classes.is_empty());
     let status = build_status(&off, &p, None, &ApplyOutcome::NotApplied, None, &now());
     assert!(status.conditions.iter().all(|c| c.type_ != NODE_GROUPS_READY && c.type_ != PLACED));
-    assert!(changes("a", &p, &cluster.snapshot(), false).is_empty());
+    assert!(changes("a", &p, &cluster.snapshot(), WithheldConfig::Remove).is_empty());
 }
 
 /// A Bulkhead of one class `batch` wanting `count` nodes of pool=general and
@@ -806,7 +820,7 @@ fn ranked(cluster: &Cluster, bulkheads: &[&Bulkhead]) -> Snapshot {
 fn plan_and_apply(cluster: &mut Cluster, bh: &Bulkhead, all: &[&Bulkhead]) -> Plan {
     let name = bh.metadata.name.clone().expect("named");
     let p = plan(bh, &ranked(cluster, all));
-    cluster.apply(&changes(&name, &p, &ranked(cluster, all), false));
+    cluster.apply(&changes(&name, &p, &ranked(cluster, all), bulkhead::plan::WithheldConfig::Remove));
     p
 }
 
@@ -891,7 +905,7 @@ fn an_older_bulkhead_takes_a_newer_ones_node_only_when_no_free_node_is_left() {
     for bh in all {
         let s = ranked(&cluster, &all);
         let name = bh.metadata.name.clone().expect("named");
-        let c = changes(&name, &plan(bh, &s), &s, false);
+        let c = changes(&name, &plan(bh, &s), &s, bulkhead::plan::WithheldConfig::Remove);
         assert!(node_changes(&c).is_empty() && place_changes(&c).is_empty(), "{name} writes at rest: {c:?}");
     }
 }
@@ -906,7 +920,7 @@ fn a_workload_two_bulkheads_place_is_left_to_the_older_and_taken_from_the_newer(
     plan_and_apply(&mut cluster, &late, &[&late]);
     assert!(cluster.deployments["checkout"]["metadata"]["annotations"].get("placement.bulkhead.dev/late").is_some());
     let s = ranked(&cluster, &all);
-    let c = changes("shop", &plan(&shop, &s), &s, false);
+    let c = changes("shop", &plan(&shop, &s), &s, bulkhead::plan::WithheldConfig::Remove);
     let placed = place_changes(&c);
     assert_eq!(placed.len(), 1, "{c:?}");
     assert_eq!(placed[0].take_from, ["late"], "the older may take the newer's fields");
@@ -914,7 +928,7 @@ fn a_workload_two_bulkheads_place_is_left_to_the_older_and_taken_from_the_newer(
     // The newer yields: withdraws, places nothing, and names the winner.
     let s = ranked(&cluster, &all);
     let p = plan(&late, &s);
-    let c = changes("late", &p, &s, false);
+    let c = changes("late", &p, &s, bulkhead::plan::WithheldConfig::Remove);
     assert!(place_changes(&c).is_empty(), "{c:?}");
     assert!(c.iter().any(|c| matches!(c, Change::WithdrawWorkload(_, k) if k.name == "checkout")), "{c:?}");
     let (status, reason, message) = condition(&late, &p, &ApplyOutcome::NotApplied, PLACED);
@@ -926,6 +940,6 @@ fn a_workload_two_bulkheads_place_is_left_to_the_older_and_taken_from_the_newer(
     let p = plan(&late, &s);
     assert!(p.placement.as_ref().is_some_and(|pl| pl.yielded.is_empty()));
     let s = ranked(&cluster, &[&shop]);
-    let c = changes("shop", &plan(&shop, &s), &s, false);
+    let c = changes("shop", &plan(&shop, &s), &s, bulkhead::plan::WithheldConfig::Remove);
     assert!(place_changes(&c).iter().all(|p| p.take_from.is_empty()), "{c:?}");
 }

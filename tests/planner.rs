@@ -306,7 +306,7 @@ fn an_invalid_spec_changes_nothing_in_the_cluster() {
     let snap = snapshot_with(vec![namespace("shop", &[])], vec![]);
     let p = plan(&bh, &snap);
     assert!(!p.is_valid());
-    assert!(changes("t", &p, &snap, false).is_empty());
+    assert!(changes("t", &p, &snap, bulkhead::plan::WithheldConfig::Remove).is_empty());
 }
 
 #[test]
@@ -346,7 +346,10 @@ spec:
     assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "InvalidSpec"));
     assert!(ready.message.contains("\"lots\" is not a non-negative Kubernetes quantity"), "{}", ready.message);
     assert!(ready.message.contains("port \"70000\", not a number from 1 to 65535"), "{}", ready.message);
-    assert!(changes("t", &p, &snap, false).is_empty(), "nothing is written for an invalid spec");
+    assert!(
+        changes("t", &p, &snap, bulkhead::plan::WithheldConfig::Remove).is_empty(),
+        "nothing is written for an invalid spec"
+    );
 }
 
 // --- quotas -------------------------------------------------------------------
@@ -427,11 +430,14 @@ fn a_namespace_that_stops_matching_loses_its_quota() {
         );
         cluster.resource_quotas.insert(key, q.clone());
     }
-    assert!(changes("tenants", &p, &cluster, false).is_empty(), "applied and unchanged: nothing to do");
+    assert!(
+        changes("tenants", &p, &cluster, bulkhead::plan::WithheldConfig::Remove).is_empty(),
+        "applied and unchanged: nothing to do"
+    );
     cluster.namespaces.insert("a1".into(), namespace("a1", &[]));
     let p = plan(&bh, &cluster);
     assert_eq!(
-        changes("tenants", &p, &cluster, false),
+        changes("tenants", &p, &cluster, bulkhead::plan::WithheldConfig::Remove),
         vec![Change::DeleteQuota(ObjectKey::new("a1", "bulkhead-tenants.a"))]
     );
 }
@@ -479,7 +485,10 @@ fn an_unfunded_design_keeps_the_last_config_in_place() {
     let bad = fleet(&[100, 100, 30, 30], 80, 200);
     let p = plan(&bad, &cluster);
     assert!(p.config_map.is_none());
-    assert!(changes("t", &p, &cluster, true).is_empty(), "the last good config is not deleted");
+    assert!(
+        changes("t", &p, &cluster, bulkhead::plan::WithheldConfig::KeepLast).is_empty(),
+        "the last good config is not deleted"
+    );
 }
 
 #[test]

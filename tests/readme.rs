@@ -93,7 +93,8 @@ fn command(line: &str) -> Option<String> {
 /// The pages whose transcripts are checked: the top-level ones and every page under docs/.
 fn pages(root: &std::path::Path) -> Vec<std::path::PathBuf> {
     fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
-        let mut entries: Vec<_> = std::fs::read_dir(dir).expect("read docs/").map(|e| e.expect("entry").path()).collect();
+        let mut entries: Vec<_> =
+            std::fs::read_dir(dir).expect("read docs/").map(|e| e.expect("entry").path()).collect();
         entries.sort();
         for path in entries {
             if path.is_dir() {
@@ -130,7 +131,10 @@ fn every_offline_command_in_the_docs_prints_what_it_shows() {
         std::fs::write(&file, &transcript).expect("write");
         cases.case(&file);
     }
-    assert!(in_readme >= 2, "only {in_readme} README transcripts found: the offline demo is gone or the extraction broke");
+    assert!(
+        in_readme >= 2,
+        "only {in_readme} README transcripts found: the offline demo is gone or the extraction broke"
+    );
     assert!(total >= 10, "only {total} transcripts found in the docs: the extraction broke");
 }
 

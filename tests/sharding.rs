@@ -308,6 +308,6 @@ fn sharding_outside_the_tenant_dimension_or_beside_a_node_group_is_refused_by_fi
     .expect("fixture");
     let p = plan(&grouped, &snapshot);
     assert!(p.errors.iter().any(|e| e.field == "spec.classes[0].nodes"), "{:?}", p.errors);
-    let changes = changes("saas", &p, &snapshot, false);
+    let changes = changes("saas", &p, &snapshot, bulkhead::plan::WithheldConfig::Remove);
     assert!(!changes.iter().any(|c| matches!(c, Change::PlaceWorkload(_))), "an invalid spec places nothing");
 }

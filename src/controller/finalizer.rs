@@ -25,13 +25,23 @@ pub async fn clean_up(meta: &kube::api::ObjectMeta, ctx: &Context) -> Result<Act
     apply_changes(&ctx.client, &ctx.metrics, &name, &deletes).await?;
     ctx.refusals.replace(&name, &[]);
     info!(bulkhead = %name, deleted = deletes.len(), "cleaned up; releasing the finalizer");
-    set_finalizer(ctx, meta, false).await?;
+    set_finalizer(ctx, meta, Finalizer::Release).await?;
     Ok(Action::await_change())
 }
 
-/// Add or remove our finalizer, guarded by resourceVersion so that a
+/// What to do with our finalizer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Finalizer {
+    /// Before the first write: deleting the Bulkhead must wait for the cleanup.
+    Add,
+    /// After the cleanup: nothing of ours is left to remove.
+    Release,
+}
+
+/// Add or release our finalizer, guarded by resourceVersion so that a
 /// concurrent change of the list is never overwritten.
-pub async fn set_finalizer(ctx: &Context, meta: &kube::api::ObjectMeta, present: bool) -> Result<(), Error> {
+pub async fn set_finalizer(ctx: &Context, meta: &kube::api::ObjectMeta, action: Finalizer) -> Result<(), Error> {
+    let present = action == Finalizer::Add;
     let name = meta.name.clone().ok_or(Error::Unnamed("Bulkhead"))?;
     let mut finalizers: Vec<String> = meta.finalizers.iter().flatten().filter(|f| *f != FINALIZER).cloned().collect();
     if present {

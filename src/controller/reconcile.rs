@@ -20,7 +20,7 @@ use tracing::{info, warn};
 use super::{
     apply::{apply_changes, Concern},
     events::{self, describe},
-    finalizer::{clean_up, set_finalizer},
+    finalizer::{clean_up, set_finalizer, Finalizer},
     untyped::dynamic_api,
     Context, Error,
 };
@@ -63,7 +63,7 @@ async fn reconcile_bulkhead(bulkhead: &Bulkhead, ctx: &Context) -> Result<Action
         return Ok(Action::requeue(Duration::from_millis(500)));
     }
     if !bulkhead.finalizers().iter().any(|f| f == FINALIZER) {
-        set_finalizer(ctx, &bulkhead.metadata, true).await?;
+        set_finalizer(ctx, &bulkhead.metadata, Finalizer::Add).await?;
         // The update comes back as a watch event; plan then.
         return Ok(Action::await_change());
     }

@@ -69,9 +69,29 @@ impl std::fmt::Display for Change {
     }
 }
 
+/// What happens to the pool config already written when the plan has none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WithheldConfig {
+    /// The Bulkhead names a workload and its config is only withheld (unfunded,
+    /// namespace missing): the last one written stays in force.
+    KeepLast,
+    /// The Bulkhead names no workload: a config it once wrote has no reader and goes.
+    Remove,
+}
+
+impl WithheldConfig {
+    pub fn for_spec(spec: &crate::crd::BulkheadSpec) -> Self {
+        if spec.workload.is_some() {
+            WithheldConfig::KeepLast
+        } else {
+            WithheldConfig::Remove
+        }
+    }
+}
+
 /// Changes that bring the children of Bulkhead `name` in line with `plan`.
 /// An invalid plan changes nothing: the last good objects stay in force.
-pub fn changes(name: &str, plan: &Plan, snapshot: &Snapshot, names_workload: bool) -> Vec<Change> {
+pub fn changes(name: &str, plan: &Plan, snapshot: &Snapshot, withheld: WithheldConfig) -> Vec<Change> {
     if !plan.is_valid() {
         return Vec::new();
     }
@@ -129,7 +149,7 @@ pub fn changes(name: &str, plan: &Plan, snapshot: &Snapshot, names_workload: boo
     out.extend(plan.proxy.injections.iter().filter(|i| !i.up_to_date).cloned().map(Change::InjectProxy));
     // A withheld config (unfunded, namespace missing) leaves the last one in place;
     // a config that moved namespace, or a Bulkhead that dropped its workload, removes it.
-    if plan.config_map.is_some() || !names_workload {
+    if plan.config_map.is_some() || withheld == WithheldConfig::Remove {
         for (key, existing) in &snapshot.config_maps {
             let desired = plan.config_map.iter().any(|cm| ObjectKey::from(&cm.metadata) == *key);
             if ours(&existing.metadata) && !desired {

@@ -22,7 +22,7 @@ use kube::{api::ObjectMeta, Resource, ResourceExt};
 
 pub use crate::select::is_dns_label;
 pub use capacity::{plan_capacity, CapacityPlan, ClassCapacity, Funding};
-pub use changes::{changes, teardown, Change};
+pub use changes::{changes, teardown, Change, WithheldConfig};
 pub use nodes::{claim_key, merge_taints, ClassNodes, NodeChange, NodeGroupPlan, CLAIM_EFFECT};
 pub use placement::{
     placement_manager, placement_marker, withdrawal_body, AmbiguousWorkload, PlacementPlan, WorkloadPlacement,

@@ -9,7 +9,7 @@ use super::{build_status, ApplyOutcome};
 use crate::{
     audit::{audit_cached, Audit, AuditConfig, AuditState},
     crd::{Bulkhead, BulkheadStatus},
-    plan::{changes, plan, Change, Plan, PlanConfig},
+    plan::{changes, plan, Change, Plan, PlanConfig, WithheldConfig},
     select::Selection,
     snapshot::Snapshot,
 };
@@ -45,7 +45,7 @@ pub fn evaluate_cached(
 ) -> Evaluation {
     let selection = Selection::parse(bulkhead);
     let plan = plan(&selection, snapshot, &config.plan);
-    let changes = changes(selection.name(), &plan, snapshot, bulkhead.spec.workload.is_some());
+    let changes = changes(selection.name(), &plan, snapshot, WithheldConfig::for_spec(&bulkhead.spec));
     let audit = plan.is_valid().then(|| audit_cached(kept, &selection, snapshot, &config.audit));
     Evaluation { plan, changes, audit }
 }
