@@ -6,15 +6,19 @@ use super::{
     reasons::{reason, NODE_GROUPS_READY, PLACED},
     ApplyOutcome, ConditionStatus, DesiredCondition,
 };
-use crate::plan::Plan;
+use crate::plan::{NodeGroupPlan, PlacementPlan, Plan};
 
+/// Both conditions, or none when no class asks for placement.
 pub fn placement_conditions(plan: &Plan, outcome: &ApplyOutcome) -> Vec<DesiredCondition> {
     let Some(placement) = &plan.placement else { return Vec::new() };
-    let mut out = Vec::new();
+    vec![node_groups_ready(&plan.node_groups), placed(placement, outcome)]
+}
 
-    let groups = &plan.node_groups.classes;
-    let shortfalls: Vec<&str> = plan.node_groups.shortfalls().collect();
-    out.push(if groups.is_empty() {
+/// NodeGroupsReady: every group holds its count of nodes.
+fn node_groups_ready(node_groups: &NodeGroupPlan) -> DesiredCondition {
+    let groups = &node_groups.classes;
+    let shortfalls: Vec<&str> = node_groups.shortfalls().collect();
+    if groups.is_empty() {
         DesiredCondition::new(
             NODE_GROUPS_READY,
             ConditionStatus::True,
@@ -31,13 +35,17 @@ pub fn placement_conditions(plan: &Plan, outcome: &ApplyOutcome) -> Vec<DesiredC
             reason::INSUFFICIENT_NODES,
             shortfalls.join("; "),
         )
-    });
+    }
+}
 
+/// Placed: every class workload carries its placement, none is contested. The
+/// first reason that applies wins, in the order of the conditions table.
+fn placed(placement: &PlacementPlan, outcome: &ApplyOutcome) -> DesiredCondition {
     let (conflicts, rejected): (&[String], &[String]) = match outcome {
         ApplyOutcome::Applied { conflicts, rejected, .. } => (conflicts, rejected),
         _ => (&[], &[]),
     };
-    out.push(if let ApplyOutcome::Failed(_) = outcome {
+    if let ApplyOutcome::Failed(_) = outcome {
         DesiredCondition::new(
             PLACED,
             ConditionStatus::Unknown,
@@ -123,6 +131,5 @@ pub fn placement_conditions(plan: &Plan, outcome: &ApplyOutcome) -> Vec<DesiredC
             reason::WORKLOADS_PLACED,
             format!("{} workload(s) {verb}: {placed}", placement.workloads.len()),
         )
-    });
-    out
+    }
 }
