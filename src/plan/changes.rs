@@ -13,9 +13,9 @@ use kube::api::ObjectMeta;
 
 use super::{
     claim_key,
+    injection::ProxyInjection,
     nodes::{node_change, NodeChange},
     placement::WorkloadPlacement,
-    proxy::ProxyInjection,
     quantity::nano_units,
     Plan,
 };

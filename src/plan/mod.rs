@@ -4,11 +4,11 @@
 
 mod capacity;
 mod changes;
+mod config_map;
+mod injection;
 mod nodes;
 mod placement;
-mod pool_config;
 mod priority;
-mod proxy;
 mod quantity;
 mod quotas;
 mod shard;
@@ -23,17 +23,17 @@ use kube::{api::ObjectMeta, Resource, ResourceExt};
 pub use crate::select::is_dns_label;
 pub use capacity::{plan_capacity, CapacityPlan, ClassCapacity, Funding};
 pub use changes::{changes, teardown, Change, WithheldConfig};
+pub use config_map::config_map_name;
+pub use injection::{
+    proxy_manager, proxy_marker, ProxyInjection, ProxyPlan, DEFAULT_PROXY_IMAGE, PROXY_CONFIG_DIR, PROXY_CONTAINER,
+    PROXY_VOLUME,
+};
 pub use nodes::{claim_key, merge_taints, ClassNodes, NodeChange, NodeGroupPlan, CLAIM_EFFECT};
 pub use placement::{
     placement_manager, placement_marker, withdrawal_body, AmbiguousWorkload, PlacementPlan, WorkloadPlacement,
     YieldedWorkload,
 };
-pub use pool_config::config_map_name;
 pub use priority::{places_workloads, priority_class_name};
-pub use proxy::{
-    proxy_manager, proxy_marker, ProxyInjection, ProxyPlan, DEFAULT_PROXY_IMAGE, PROXY_CONFIG_DIR, PROXY_CONTAINER,
-    PROXY_VOLUME,
-};
 pub use quantity::nano_units;
 pub use quotas::{quota_name, QuotaCollision};
 pub use shard::ShardPlan;
@@ -126,8 +126,8 @@ pub fn plan(selection: &Selection<'_>, snapshot: &Snapshot, config: &PlanConfig)
         } else if !namespace_ok {
             config_withheld = Some(format!("namespace {} does not exist or is terminating", w.namespace));
         } else {
-            let config = pool_config::pool_config(bulkhead, &capacity);
-            config_map = Some(pool_config::config_map(bulkhead, &w.namespace, &config));
+            let config = config_map::pool_config(bulkhead, &capacity);
+            config_map = Some(config_map::config_map(bulkhead, &w.namespace, &config));
             pool_config = Some(config);
         }
     }
@@ -135,7 +135,7 @@ pub fn plan(selection: &Selection<'_>, snapshot: &Snapshot, config: &PlanConfig)
         quotas.clear();
     }
     let config_map_name = config_map.as_ref().and_then(|cm| cm.metadata.name.as_deref());
-    let proxy = proxy::plan_proxy(selection, snapshot, config_map_name, &config.proxy_image);
+    let proxy = injection::plan_proxy(selection, snapshot, config_map_name, &config.proxy_image);
     Plan {
         errors,
         capacity,

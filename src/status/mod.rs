@@ -4,10 +4,10 @@
 
 mod conditions;
 mod evaluate;
+mod injection;
 mod isolation;
 mod memo;
 mod placement;
-mod proxy;
 mod reasons;
 mod shard;
 
@@ -117,7 +117,7 @@ pub fn build_status(
 fn desired_conditions(plan: &Plan, outcome: &ApplyOutcome) -> Vec<DesiredCondition> {
     let mut conditions = vec![ready(plan, outcome), funded(plan), control_plane_lane(plan), quotas_scoped(plan)];
     conditions.extend(placement::placement_conditions(plan, outcome));
-    conditions.extend(proxy::proxy_condition(plan, outcome));
+    conditions.extend(injection::proxy_condition(plan, outcome));
     conditions
 }
 
