@@ -26,24 +26,28 @@ WORKDIR /build
 #    manifest declares test, bench and example targets whose files the image
 #    never needs; cargo refuses a manifest that names missing files, so the
 #    build uses the manifest without those sections (they add no dependency:
-#    dev-dependencies are not built for a release binary). A dummy lib and
-#    bin stand in for the sources.
+#    dev-dependencies are not built for a release binary). Dummy libs and a
+#    bin stand in for the sources of both workspace crates.
 COPY Cargo.toml Cargo.lock ./
-RUN mv Cargo.toml Cargo.toml.full \
- && awk '/^\[\[(test|bench|example)\]\]/ { skip = 1; next } /^\[/ { skip = 0 } !skip' Cargo.toml.full >Cargo.toml \
- && mkdir -p src \
+COPY crates/bulkhead-admission/Cargo.toml ./crates/bulkhead-admission/
+RUN awk '/^\[\[(test|bench|example)\]\]/ { skip = 1; next } /^\[/ { skip = 0 } !skip' Cargo.toml >Cargo.toml.deps \
+ && mv Cargo.toml.deps Cargo.toml \
+ && mkdir -p src crates/bulkhead-admission/src \
  && echo '// dependencies only' > src/lib.rs \
  && echo 'fn main() {}' > src/main.rs \
+ && echo '// dependencies only' > crates/bulkhead-admission/src/lib.rs \
  && cargo build --release --locked --bin bulkhead \
- && rm -rf src \
+ && rm -rf src crates/bulkhead-admission/src \
     target/release/bulkhead* \
     target/release/deps/bulkhead-* \
     target/release/deps/libbulkhead-* \
+    target/release/deps/libbulkhead_admission-* \
     target/release/.fingerprint/bulkhead-*
 
 # 2. The real sources: a change to tests or docs does not rebuild the image.
+COPY crates ./crates
 COPY src ./src
-RUN touch src/lib.rs src/main.rs \
+RUN find src crates -name '*.rs' -exec touch {} + \
  && cargo build --release --locked --bin bulkhead \
  && cp target/release/bulkhead /bulkhead
 

@@ -17,10 +17,13 @@ pub mod error_chain;
 pub mod logging;
 pub mod offline;
 pub mod plan;
-pub mod pool_config;
 pub mod proxy;
 pub mod select;
 pub mod shard;
 pub mod snapshot;
 pub mod status;
 pub mod usage;
+
+/// The pool-config schema, from the admission crate (`bulkhead-admission`),
+/// which the compiler keeps free of Kubernetes.
+pub use bulkhead_admission::pool_config;

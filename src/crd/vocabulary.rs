@@ -4,13 +4,9 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// Whether the pool's numbers are per replica or fleet-wide.
-#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
-pub enum Scope {
-    #[default]
-    Instance,
-    Fleet,
-}
+/// Whether the pool's numbers are per replica or fleet-wide: defined with the
+/// pool-config schema, which carries it to every enforcer.
+pub use bulkhead_admission::pool_config::Scope;
 
 /// A layer of the stack that two classes may share.
 #[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema)]

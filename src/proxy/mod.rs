@@ -8,17 +8,16 @@
 //! Depends only on `pool_config` of this crate.
 
 mod admin;
-pub mod admission;
-pub mod classify;
 pub mod forward;
 mod idle;
-pub mod layer;
-pub mod metrics;
-pub mod normalize;
 pub mod options;
-pub mod reject;
 pub mod reload;
 mod server;
+
+// The admission core lives in its own crate, free of Kubernetes; the proxy
+// re-exports its modules so that `proxy::admission::Pool` and the rest keep
+// their paths.
+pub use bulkhead_admission::{admission, classify, layer, metrics, normalize, reject};
 
 use std::{
     net::SocketAddr,

@@ -23,6 +23,7 @@ use super::{
 
 /// Names the class of a request; None means unclassified.
 pub trait Classify<B>: Send + Sync + 'static {
+    /// The class of `req`, borrowed from it where it can be.
     fn classify<'r>(&'r self, req: &'r Request<B>) -> Option<Cow<'r, str>>;
 }
 
@@ -39,12 +40,16 @@ where
 /// Classify, admit or refuse: what both the Layer and the proxy do first.
 #[derive(Debug)]
 pub struct Gate<C> {
+    /// The pool that admits.
     pub pool: Arc<Pool>,
+    /// What names a request's class.
     pub classify: C,
+    /// How a refusal is answered.
     pub rejector: Rejector,
 }
 
 impl<C> Gate<C> {
+    /// A gate over `pool`.
     pub fn new(pool: Arc<Pool>, classify: C, rejector: Rejector) -> Self {
         Self { pool, classify, rejector }
     }
@@ -96,10 +101,12 @@ pin_project! {
 }
 
 impl<B> PermitBody<B> {
+    /// `inner`, holding `permit` until it ends.
     pub fn new(inner: B, permit: Option<Permit>) -> Self {
         Self { inner: Some(inner), permit }
     }
 
+    /// A body with no data and no slot (a rejection's).
     pub fn empty() -> Self {
         Self { inner: None, permit: None }
     }
@@ -132,18 +139,24 @@ impl<B: Body> Body for PermitBody<B> {
 pin_project! {
     /// The response future: the inner service's, with the permit riding along
     /// into the body, or a rejection ready at once.
+    // pin_project_lite accepts no doc comments on a variant's fields.
+    #[allow(missing_docs)]
     #[project = ResponseProj]
     pub enum ResponseFuture<F> {
+        /// The inner service's response is on its way.
         Admitted { #[pin] inner: F, permit: Option<Permit> },
+        /// Refused: the answer is ready.
         Rejected { response: Option<Response<()>> },
     }
 }
 
 impl<F> ResponseFuture<F> {
+    /// The inner service's future, holding `permit`.
     pub fn admitted(inner: F, permit: Permit) -> Self {
         ResponseFuture::Admitted { inner, permit: Some(permit) }
     }
 
+    /// A refusal, answered at once.
     pub fn rejected(response: Response<()>) -> Self {
         ResponseFuture::Rejected { response: Some(response) }
     }
@@ -181,10 +194,10 @@ where
 ///
 /// ```
 /// use std::{convert::Infallible, sync::Arc};
-/// use bulkhead::proxy::{AdmissionLayer, Pool, Unclassified};
+/// use bulkhead_admission::{AdmissionLayer, Pool, Unclassified};
 /// use tower::{Layer, Service};
 ///
-/// # fn config() -> bulkhead::pool_config::PoolConfig {
+/// # fn config() -> bulkhead_admission::PoolConfig {
 /// #     serde_json::from_str(r#"{"version":1,"bulkhead":"b","resource":"r","scope":"Instance","dividedBy":1,
 /// #       "capacity":2,"sharedSurplus":1,"onCeiling":"reject",
 /// #       "classes":[{"name":"checkout","reserved":1,"ceiling":2,"critical":false}]}"#).unwrap()
@@ -214,12 +227,13 @@ impl<C> AdmissionLayer<C> {
         Self::with_rejector(pool, classify, Rejector::default())
     }
 
+    /// As [`AdmissionLayer::new`], with rejections answered by `rejector`.
     pub fn with_rejector(pool: Arc<Pool>, classify: C, rejector: Rejector) -> Self {
         Self { gate: Arc::new(Gate::new(pool, classify, rejector)) }
     }
 }
 
-impl<S, C> tower::Layer<S> for AdmissionLayer<C> {
+impl<S, C> tower_layer::Layer<S> for AdmissionLayer<C> {
     type Service = Admission<S, C>;
 
     fn layer(&self, inner: S) -> Self::Service {
@@ -240,9 +254,9 @@ impl<S: Clone, C> Clone for Admission<S, C> {
     }
 }
 
-impl<S, C, B, ResBody> tower::Service<Request<B>> for Admission<S, C>
+impl<S, C, B, ResBody> tower_service::Service<Request<B>> for Admission<S, C>
 where
-    S: tower::Service<Request<B>, Response = Response<ResBody>>,
+    S: tower_service::Service<Request<B>, Response = Response<ResBody>>,
     C: Classify<B>,
 {
     type Response = Response<PermitBody<ResBody>>;
@@ -271,7 +285,7 @@ mod tests {
     use tower::{Layer, Service, ServiceExt};
 
     use super::*;
-    use crate::proxy::admission::{tests::example, Unclassified};
+    use crate::admission::{tests::example, Unclassified};
 
     type Chunks = mpsc::UnboundedSender<Result<Frame<Bytes>, Infallible>>;
 

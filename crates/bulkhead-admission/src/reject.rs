@@ -70,6 +70,7 @@ pub fn is_grpc<B>(req: &Request<B>) -> bool {
     req.headers().get(header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
 }
 
+/// The `x-bulkhead-reason` header value of a refusal.
 pub fn reason_value(reason: Reason) -> HeaderValue {
     match reason {
         Reason::Ceiling => HeaderValue::from_static("ceiling"),

@@ -19,13 +19,17 @@ use prometheus_client::{
 
 use super::admission::Pool;
 
+/// Labels of the reload counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
+    /// `applied`, `invalid` or `unreadable`.
     pub result: &'static str,
 }
 
+/// Labels of the proxy's upstream-failure counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct UpstreamLabels {
+    /// What failed (`connect`, `timeout`, ...).
     pub reason: &'static str,
 }
 
@@ -33,12 +37,14 @@ pub struct UpstreamLabels {
 #[derive(Debug)]
 pub struct ProxyMetrics {
     registry: Registry,
+    /// Config reloads, by result.
     pub reloads: Family<ResultLabels, Counter>,
     /// Unix seconds of the last config applied (at start or by a reload).
     pub last_good_reload: Gauge<f64, std::sync::atomic::AtomicU64>,
 }
 
 impl ProxyMetrics {
+    /// A registry (prefix `bulkhead_proxy`) with `pool`'s counters in it.
     pub fn new(pool: Arc<Pool>) -> Self {
         let mut registry = Registry::with_prefix("bulkhead_proxy");
         let reloads = Family::<ResultLabels, Counter>::default();
@@ -54,15 +60,18 @@ impl ProxyMetrics {
         Self { registry, reloads, last_good_reload }
     }
 
+    /// Counts one reload with that result.
     pub fn reload(&self, result: &'static str) {
         self.reloads.get_or_create(&ResultLabels { result }).inc();
     }
 
+    /// Records that a config was applied now.
     pub fn applied_now(&self) {
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         self.last_good_reload.set(now.as_secs_f64());
     }
 
+    /// The OpenMetrics text exposition.
     pub fn encode(&self) -> String {
         let mut out = String::new();
         // Encoding into a String cannot fail.
@@ -149,7 +158,7 @@ impl Collector for PoolCollector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proxy::admission::{tests::example, Unclassified};
+    use crate::admission::{tests::example, Unclassified};
 
     #[test]
     fn the_exposition_names_every_series() {

@@ -1,7 +1,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::*;
-use crate::{crd::Scope, pool_config::PoolClass};
+use crate::pool_config::{PoolClass, Scope};
 
 /// The README's worked pool: 200 in all, floors 40/30/10/5, 115 shared, so
 /// ceilings 155/145/125/120.

@@ -1,13 +1,24 @@
 //! The pool-config schema: the JSON document (`pools.json`) the operator
 //! writes into a ConfigMap and an enforcer (`bulkhead proxy`, or the tower
-//! Layer in process) reads. A leaf module: the proxy depends on nothing else
-//! of the operator.
+//! Layer in process) reads.
 
 use std::{net::IpAddr, str::FromStr};
 
 use serde::{Deserialize, Serialize};
 
-use crate::crd::Scope;
+/// Whether the pool's numbers are per replica (`Instance`) or fleet-wide
+/// (`Fleet`: divided by the replicas before they reach a pool config). The
+/// CRD's `spec.pool.scope` is this type, so it lives here, with the schema.
+// The variants carry no doc comments on purpose: schemars would turn each
+// into a described `oneOf` branch, which a CRD's structural schema forbids.
+#[allow(missing_docs)]
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+pub enum Scope {
+    #[default]
+    Instance,
+    Fleet,
+}
 
 /// Key of the JSON document in the ConfigMap (and its file name when mounted).
 pub const POOL_CONFIG_KEY: &str = "pools.json";
@@ -19,9 +30,13 @@ pub const POOL_CONFIG_VERSION: u32 = 1;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PoolConfig {
+    /// Schema version: [`POOL_CONFIG_VERSION`].
     pub version: u32,
+    /// Name of the Bulkhead the config was planned from.
     pub bulkhead: String,
+    /// The resource partitioned (`connections`, `requests`, ...).
     pub resource: String,
+    /// Whether the Bulkhead's numbers were per replica or fleet-wide.
     pub scope: Scope,
     /// Replicas the fleet-wide numbers were divided by (1 for Instance).
     pub divided_by: u64,
@@ -31,6 +46,7 @@ pub struct PoolConfig {
     pub shared_surplus: u32,
     /// What to do at a class's ceiling.
     pub on_ceiling: OnCeiling,
+    /// The classes, each with its floor and ceiling.
     pub classes: Vec<PoolClass>,
 }
 
@@ -39,19 +55,23 @@ pub struct PoolConfig {
 /// Any other value is refused when the document is read, with the field named.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum OnCeiling {
+    /// Refuse the request at once.
     #[default]
     #[serde(rename = "reject")]
     Reject,
 }
 
+/// One class of work and its share of the pool on one replica.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PoolClass {
+    /// The class's name, as requests are classified into it.
     pub name: String,
     /// Floor on this replica: held for this class alone.
     pub reserved: u32,
     /// Most this class may hold on this replica (floor + borrowed).
     pub ceiling: u32,
+    /// A critical class (probes, admin traffic) keeps a floor of at least 1.
     pub critical: bool,
     /// Optional: the longest a request of this class may take, admission to the end of its
     /// response body, in milliseconds. A request past it gets 504 before its response head,
@@ -63,18 +83,31 @@ pub struct PoolClass {
 /// Why a pool config cannot be enforced; each names the field.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PoolConfigError {
+    /// A schema version this build does not read.
+    #[allow(missing_docs)] // its fields are the numbers the message names
     #[error("version: {found} is not supported (this build reads version {POOL_CONFIG_VERSION})")]
     Version { found: u32 },
+    /// No class at all.
     #[error("classes: no class is defined")]
     NoClasses,
+    /// Two classes of one name.
+    #[allow(missing_docs)] // its fields are the numbers the message names
     #[error("classes[{index}].name: {name:?} appears twice")]
     DuplicateClass { index: usize, name: String },
+    /// A class without a name.
+    #[allow(missing_docs)] // its fields are the numbers the message names
     #[error("classes[{index}].name: must not be empty")]
     EmptyName { index: usize },
+    /// The floors and the surplus add up to more than the capacity.
+    #[allow(missing_docs)] // its fields are the numbers the message names
     #[error("capacity: the floors ({reserved}) plus sharedSurplus ({surplus}) exceed capacity {capacity}")]
     OverCapacity { reserved: u64, surplus: u32, capacity: u32 },
+    /// A ceiling under the class's own floor.
+    #[allow(missing_docs)] // its fields are the numbers the message names
     #[error("classes[{index}].ceiling: {ceiling} is below the class's reserved floor {reserved}")]
     CeilingBelowFloor { index: usize, ceiling: u32, reserved: u32 },
+    /// A ceiling the class could never reach by borrowing.
+    #[allow(missing_docs)] // its fields are the numbers the message names
     #[error("classes[{index}].ceiling: {ceiling} exceeds reserved {reserved} plus sharedSurplus {surplus}")]
     CeilingAboveBorrowable { index: usize, ceiling: u32, reserved: u32, surplus: u32 },
 }
@@ -143,6 +176,7 @@ impl Cidr {
         ]
     }
 
+    /// Whether `ip` is in this network (an IPv4-mapped IPv6 address counts as IPv4).
     pub fn contains(&self, ip: IpAddr) -> bool {
         let ip = match ip {
             IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),

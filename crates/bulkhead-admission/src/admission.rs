@@ -27,6 +27,7 @@ pub enum Source {
 }
 
 impl Source {
+    /// The value of the `pool` metric label.
     pub fn as_str(self) -> &'static str {
         match self {
             Source::Floor => "floor",
@@ -47,8 +48,10 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// Every reason, in the order metrics list them.
     pub const ALL: [Reason; 3] = [Reason::Ceiling, Reason::SurplusExhausted, Reason::Unclassified];
 
+    /// The value of the `reason` metric label and of `x-bulkhead-reason`.
     pub fn as_str(self) -> &'static str {
         match self {
             Reason::Ceiling => "ceiling",
@@ -61,6 +64,7 @@ impl Reason {
 /// A refusal, with what a response needs to name the class.
 #[derive(Clone, Debug)]
 pub struct Rejection {
+    /// Why the request was refused.
     pub reason: Reason,
     /// The class as a ready header value; None when unclassified.
     pub class: Option<HeaderValue>,
@@ -69,6 +73,7 @@ pub struct Rejection {
 /// What to do with a request no class can be named for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Unclassified {
+    /// Refuse it (`x-bulkhead-reason: unclassified`).
     Reject,
     /// Count it against this class (which every config must then define).
     Class(String),
@@ -77,10 +82,15 @@ pub enum Unclassified {
 /// Why a config cannot be applied to a pool.
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
+    /// The config breaks a rule of the schema.
     #[error(transparent)]
     Invalid(#[from] PoolConfigError),
+    /// A class name that is not a valid header value.
+    #[allow(missing_docs)] // its fields are the numbers the message names
     #[error("classes[{index}].name: {name:?} cannot be sent in a response header")]
     NameNotHeaderSafe { index: usize, name: String },
+    /// The class named for unclassified requests is not in the config.
+    #[allow(missing_docs)] // its fields are the numbers the message names
     #[error("classes: no class {name:?}, which --unclassified names")]
     DefaultClassMissing { name: String },
 }
@@ -151,6 +161,7 @@ pub struct Permit {
 }
 
 impl Permit {
+    /// Whether the slot came from the class's floor or the shared surplus.
     pub fn source(&self) -> Source {
         self.source
     }
@@ -407,32 +418,51 @@ impl State {
 /// Counters of a pool at one instant.
 #[derive(Clone, Debug)]
 pub struct PoolSnapshot {
+    /// Configs applied since the pool was made (1 = the first).
     pub generation: u64,
+    /// Units this replica may hand out in all.
     pub capacity: u32,
+    /// Units any class may borrow beyond its floor.
     pub surplus: u32,
+    /// Surplus units borrowed now.
     pub surplus_in_use: u32,
+    /// Requests refused because no class could be named.
     pub unclassified_rejected: u64,
+    /// Every class, retired ones included.
     pub classes: Vec<ClassSnapshot>,
 }
 
+/// Counters and limits of one class at one instant.
 #[derive(Clone, Debug)]
 pub struct ClassSnapshot {
+    /// The class's name, as in the config.
     pub name: Arc<str>,
     /// False once a reload removed the class (its in-flight permits still count here).
     pub active: bool,
+    /// Whether the config marks the class critical.
     pub critical: bool,
+    /// Its floor on this replica.
     pub reserved: u32,
+    /// The most it may hold on this replica, floor and borrowed together.
     pub ceiling: u32,
+    /// Floor slots held now.
     pub floor_in_use: u32,
+    /// Surplus slots it holds now.
     pub surplus_in_use: u32,
+    /// Requests admitted from its floor, since the pool was made.
     pub admitted_floor: u64,
+    /// Requests admitted from the surplus.
     pub admitted_surplus: u64,
+    /// Requests refused at its ceiling.
     pub rejected_ceiling: u64,
+    /// Requests refused with its floor full and no surplus left.
     pub rejected_surplus_exhausted: u64,
+    /// Time from admission until the slot was given back, in seconds.
     pub duration: Histogram,
 }
 
 impl PoolSnapshot {
+    /// The class of that name, if the pool has it.
     pub fn class(&self, name: &str) -> Option<&ClassSnapshot> {
         self.classes.iter().find(|c| &*c.name == name)
     }

@@ -19,6 +19,7 @@ pub enum Rule {
     Port,
 }
 
+/// A `--classify` rule that does not parse; the message says why.
 #[derive(Debug, thiserror::Error)]
 #[error("--classify {value:?}: {why} (expected header:NAME, path:/prefix=class,... or port)")]
 pub struct RuleError {
