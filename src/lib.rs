@@ -4,7 +4,8 @@
 //! `crd → {pool_config, snapshot} → select → {plan, audit} → status →
 //! {controller, offline}`. Everything left of `controller` is pure and shared
 //! by the controller and the offline CLI. `proxy` enforces a pool config at
-//! run time and depends only on `pool_config`; `shard` (shuffle sharding) is
+//! run time around the admission core of the `bulkhead-admission` crate
+//! (which holds `pool_config` and knows nothing of Kubernetes); `shard` (shuffle sharding) is
 //! pure and stands alone; `logging` sets up log output for both binaries' modes;
 //! `usage` turns the proxies' telemetry into sizing advice (pure as well).
 

@@ -228,3 +228,22 @@ fn the_scanner_sees_grouped_and_plain_imports() {
     let found: Vec<String> = segments_after(&code, "crate").into_iter().collect();
     assert_eq!(found, vec!["audit", "crd", "plan"]);
 }
+
+/// The admission crate is what a service embeds: it must stay free of
+/// Kubernetes and of the operator's server and CLI stacks.
+#[test]
+fn the_admission_crate_depends_on_no_kubernetes_crate() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = std::process::Command::new(cargo)
+        .args(["tree", "--locked", "--offline", "-p", "bulkhead-admission", "-e", "normal", "--prefix", "none"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo tree runs");
+    assert!(out.status.success(), "cargo tree failed: {}", String::from_utf8_lossy(&out.stderr));
+    let tree = String::from_utf8_lossy(&out.stdout);
+    let crates: Vec<&str> = tree.lines().filter_map(|l| l.split_whitespace().next()).collect();
+    assert!(crates.contains(&"bulkhead-admission") && crates.contains(&"http"), "unexpected tree:\n{tree}");
+    let forbidden = ["kube", "kube-client", "kube-runtime", "k8s-openapi", "clap", "axum", "hyper", "hyper-util"];
+    let found: Vec<&&str> = forbidden.iter().filter(|f| crates.contains(f)).collect();
+    assert!(found.is_empty(), "bulkhead-admission pulls in {found:?}:\n{tree}");
+}

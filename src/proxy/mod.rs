@@ -5,7 +5,8 @@
 //! mounted ConfigMap. The admission core is also a tower Layer
 //! ([`AdmissionLayer`]) for services that enforce the pools in process.
 //!
-//! Depends only on `pool_config` of this crate.
+//! Depends only on the `bulkhead-admission` crate (the admission core and
+//! the pool-config schema), never on the operator's modules.
 
 mod admin;
 pub mod forward;
