@@ -1,6 +1,6 @@
 //! bulkhead: partitioned capacity and verified isolation for Kubernetes.
 //!
-//! Imports flow one way (`tests/architecture.rs` checks it):
+//! Imports flow one way (`tests/pure/architecture.rs` checks it):
 //! `crd → {pool_config, snapshot} → select → {plan, audit} → status →
 //! {controller, offline}`. Everything left of `controller` is pure and shared
 //! by the controller and the offline CLI. `proxy` enforces a pool config at

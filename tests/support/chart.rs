@@ -1,6 +1,6 @@
 //! The chart rendered by real Helm 3 and 4 (tests/helm), and the metric
-//! names the operator and the proxy really export: shared by tests/chart.rs
-//! and tests/dashboard.rs.
+//! names the operator and the proxy really export: shared by tests/charts/chart.rs
+//! and tests/charts/dashboard.rs.
 #![allow(dead_code)]
 
 use std::{collections::BTreeMap, process::Command, sync::Arc};

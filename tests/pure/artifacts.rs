@@ -90,9 +90,9 @@ fn the_chart_runs_the_operator_locked_down_with_least_privilege() {
     assert_eq!(container["args"][0].as_str(), Some("run"));
 
     // Every verb the code uses and none it does not: writes only where it writes
-    // (cluster-wide; Events are granted in one namespace: tests/chart.rs).
+    // (cluster-wide; Events are granted in one namespace: tests/charts/chart.rs).
     // The operator's own ClusterRole: the one its binding names (the
-    // aggregated view/edit roles are for people: tests/chart.rs).
+    // aggregated view/edit roles are for people: tests/charts/chart.rs).
     let bound = kind("ClusterRoleBinding")["roleRef"]["name"].as_str().expect("roleRef");
     let role = docs
         .iter()

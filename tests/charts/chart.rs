@@ -5,7 +5,7 @@
 //! alert on metrics the operator exports; every optional value (security
 //! contexts, extraArgs, PodDisruptionBudget, topology spread, aggregated
 //! roles) renders as documented in the chart README. (The Grafana dashboard:
-//! tests/dashboard.rs. Installing, upgrading and uninstalling on a real API
+//! tests/charts/dashboard.rs. Installing, upgrading and uninstalling on a real API
 //! server: tests/ops_e2e.rs.)
 
 use bulkhead::{
@@ -18,9 +18,7 @@ use bulkhead::{
 use promql_parser::{label::MatchOp, util::walk_expr};
 use serde_yaml::Value;
 
-#[path = "support/chart.rs"]
-mod chart_support;
-use chart_support::{exported, find, helm, render, Selectors};
+use crate::chart_support::{self, exported, find, helm, render, Selectors};
 
 #[test]
 fn helm_3_and_helm_4_lint_the_chart_and_render_the_same_objects() {

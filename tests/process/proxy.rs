@@ -3,8 +3,7 @@
 //! `support::pools`): capacity 10, floors checkout 2, search 2, control-plane
 //! 2 (critical), surplus 4; ceilings 5, 4, 2.
 
-#[path = "proxy/support.rs"]
-mod proxy_support;
+use crate::proxy_support;
 
 use std::time::{Duration, Instant};
 

@@ -4,7 +4,7 @@
 //!
 //! each module importing only from those to its left (`proxy` only from the
 //! pool-config schema, `shard` from nothing), and no two files of one module
-//! importing each other. `cargo test --test architecture -- --nocapture`
+//! importing each other. `cargo test --test pure -- --nocapture architecture::`
 //! prints the graph as it is.
 
 use std::{

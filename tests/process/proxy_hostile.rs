@@ -3,9 +3,7 @@
 //! (or the whole proxy) for as long as the attacker liked, or let a client
 //! pick its own class; see issue 21. The pool is `support::pools`.
 
-#[path = "proxy/support.rs"]
-#[allow(dead_code)]
-mod proxy_support;
+use crate::proxy_support;
 
 use std::{
     net::SocketAddr,

@@ -5,10 +5,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::chart_support::{self, exported, exported_by_proxy, find, render, Selectors};
 use promql_parser::util::walk_expr;
-#[path = "support/chart.rs"]
-mod chart_support;
-use chart_support::{exported, exported_by_proxy, find, render, Selectors};
 
 /// Labels Prometheus adds to every target, not in any exposition.
 const TARGET_LABELS: [&str; 5] = ["namespace", "pod", "container", "instance", "job"];

@@ -1,0 +1,16 @@
+//! The real `bulkhead` binary as a process, no cluster: the CLI and its exit
+//! codes, `check` as a CI gate, error output, the docs' transcripts, shutdown
+//! with an unreachable API server, and `bulkhead proxy` against an in-test
+//! upstream and hostile clients (loopback only).
+//! `cargo test --test process proxy_hostile::` runs one file's tests.
+
+mod check_gate;
+mod cli;
+mod errors;
+mod proxy;
+mod proxy_hostile;
+#[path = "../proxy/support.rs"]
+#[allow(dead_code)]
+mod proxy_support;
+mod readme;
+mod shutdown;
