@@ -9,10 +9,7 @@ use bulkhead::{
     snapshot::Snapshot,
     status::{build_status, ApplyOutcome, PROXY_INJECTED},
 };
-use k8s_openapi::{
-    api::{apps::v1::Deployment, core::v1::Namespace},
-    apimachinery::pkg::apis::meta::v1::Time,
-};
+use k8s_openapi::{api::apps::v1::Deployment, apimachinery::pkg::apis::meta::v1::Time};
 use serde_json::{json, Value};
 
 fn plan(bulkhead: &Bulkhead, snapshot: &Snapshot) -> Plan {
@@ -35,7 +32,7 @@ const INGRESS: &str = "{mode: Ingress, port: 8081, upstreamPort: 8080}";
 /// Namespace `shop` with Deployment `api` whose template is `template`.
 fn shop(annotations: Value, template: Value) -> Snapshot {
     let mut s = Snapshot::default();
-    s.apply(&serde_json::from_value::<Namespace>(json!({"metadata": {"name": "shop"}})).expect("namespace"));
+    s.apply(&crate::fixtures::mk_namespace("shop", &[]));
     s.apply(
         &serde_json::from_value::<Deployment>(json!({
             "metadata": {"name": "api", "namespace": "shop", "generation": 3, "annotations": annotations},

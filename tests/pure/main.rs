@@ -8,6 +8,7 @@ mod artifacts;
 mod audit;
 mod audit_incremental;
 mod check_corpus;
+mod fixtures;
 mod injection;
 mod placement;
 mod planner;

@@ -8,7 +8,7 @@ use bulkhead::{
     crd::Bulkhead,
     plan::{changes, merge_taints, teardown, Change, NodeChange, Plan, PlanConfig, WithheldConfig},
     select::Selection,
-    snapshot::{NamespaceInfo, Snapshot},
+    snapshot::Snapshot,
     status::{build_status, ApplyOutcome, NODE_GROUPS_READY, PLACED, QUOTAS_SCOPED},
 };
 use k8s_openapi::{
@@ -19,6 +19,8 @@ use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::Time,
 };
 use serde_json::{json, Value};
+
+use crate::fixtures::{mk_deployment, mk_namespace, mk_node_with, mk_pod};
 
 /// The planner as the controller runs it: selectors parsed once, then planned.
 fn plan(bulkhead: &Bulkhead, snapshot: &Snapshot) -> Plan {
@@ -58,8 +60,13 @@ fn bulkhead(classes: &str) -> Bulkhead {
     .expect("fixture")
 }
 
-/// The cluster as typed objects, turned into a Snapshot on demand, so that
-/// planned changes can be applied to it the way the API server would.
+/// The cluster as API objects (made by `fixtures`, kept as JSON so that
+/// planned changes can be applied to them the way the API server would),
+/// turned into a Snapshot on demand through `Snapshot::apply`.
+fn to_value<T: serde::Serialize>(object: T) -> Value {
+    serde_json::to_value(object).expect("an API object serialises")
+}
+
 #[derive(Clone, Default)]
 struct Cluster {
     nodes: BTreeMap<String, Value>,
@@ -79,45 +86,25 @@ impl Cluster {
     fn node(&mut self, name: &str, labels: Value, taints: Value, ready: bool) {
         let mut labels = labels;
         labels["kubernetes.io/hostname"] = json!(name);
-        self.nodes.insert(
-            name.into(),
-            json!({
-                "apiVersion": "v1", "kind": "Node",
-                "metadata": {"name": name, "labels": labels, "resourceVersion": "1"},
-                "spec": {"taints": taints},
-                "status": {"conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]},
-            }),
-        );
+        self.nodes.insert(name.into(), to_value(mk_node_with(name, labels, taints, ready)));
     }
 
     fn deployment(&mut self, name: &str, app: &str) {
-        self.deployments.insert(
-            name.into(),
-            json!({
-                "apiVersion": "apps/v1", "kind": "Deployment",
-                "metadata": {"name": name, "namespace": "shop", "generation": 1},
-                "spec": {
-                    "replicas": 2,
-                    "selector": {"matchLabels": {"app": app}},
-                    "template": {"metadata": {"labels": {"app": app}}, "spec": {"containers": [{"name": "c", "image": "i"}]}},
-                },
-            }),
-        );
+        self.deployments.insert(name.into(), to_value(mk_deployment("shop", name, app, 2)));
     }
 
     fn pod(&mut self, name: &str, node: &str, labels: Value) {
-        self.pods.insert(
-            name.into(),
-            json!({"metadata": {"name": name, "namespace": "shop", "labels": labels}, "spec": {"nodeName": node, "containers": []}}),
-        );
+        let labels: Vec<(String, String)> = labels
+            .as_object()
+            .map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string())).collect())
+            .unwrap_or_default();
+        let pairs: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        self.pods.insert(name.into(), to_value(mk_pod("shop", name, &pairs, Some(node))));
     }
 
     fn snapshot(&self) -> Snapshot {
         let mut s = Snapshot::default();
-        s.namespaces.insert(
-            "shop".into(),
-            NamespaceInfo { name: "shop".into(), labels: [("team".into(), "shop".into())].into(), terminating: false },
-        );
+        s.apply(&mk_namespace("shop", &[("team", "shop")]));
         for v in self.nodes.values() {
             s.apply(&serde_json::from_value::<Node>(v.clone()).expect("node"));
         }

@@ -5,10 +5,15 @@ use bulkhead::{
     crd::Bulkhead,
     plan::{changes, nano_units, plan_capacity, Change, Funding, Plan, PlanConfig},
     select::{Replicas, Selection},
-    snapshot::{Autoscaler, NamespaceInfo, ObjectKey, Snapshot, Workload, WorkloadKind},
+    snapshot::{ObjectKey, Snapshot},
     status::{build_status, ApplyOutcome},
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::{
+    api::{apps::v1::Deployment, core::v1::Namespace},
+    apimachinery::pkg::apis::meta::v1::Time,
+};
+
+use crate::fixtures::{mk_autoscaler, mk_deployment, mk_namespace};
 
 /// The planner as the controller runs it: selectors parsed once, then planned.
 fn plan(bulkhead: &Bulkhead, snapshot: &Snapshot) -> Plan {
@@ -32,37 +37,22 @@ fn classes(reserved: &[u32], shared: Option<u32>, capacity: u32) -> Bulkhead {
     ))
 }
 
-fn namespace(name: &str, labels: &[(&str, &str)]) -> NamespaceInfo {
-    NamespaceInfo {
-        name: name.into(),
-        labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-        terminating: false,
-    }
+fn namespace(name: &str, labels: &[(&str, &str)]) -> Namespace {
+    mk_namespace(name, labels)
 }
 
-fn workload(ns: &str, name: &str, app: &str, replicas: u32) -> Workload {
-    Workload {
-        kind: WorkloadKind::Deployment,
-        namespace: ns.into(),
-        name: name.into(),
-        template_labels: [("app".to_string(), app.to_string())].into(),
-        replicas,
-        generation: Some(1),
-        placement: Default::default(),
-        placed_by: Default::default(),
-        proxied_by: Default::default(),
-        containers: vec!["app".into()],
-        volumes: Vec::new(),
-    }
+fn workload(ns: &str, name: &str, app: &str, replicas: i32) -> Deployment {
+    mk_deployment(ns, name, app, replicas)
 }
 
-fn snapshot_with(namespaces: Vec<NamespaceInfo>, workloads: Vec<Workload>) -> Snapshot {
+/// Namespaces and Deployments, fed through `Snapshot::apply`.
+fn snapshot_with(namespaces: Vec<Namespace>, workloads: Vec<Deployment>) -> Snapshot {
     let mut s = Snapshot::default();
-    for ns in namespaces {
-        s.namespaces.insert(ns.name.clone(), ns);
+    for ns in &namespaces {
+        s.apply(ns);
     }
-    for w in workloads {
-        s.workloads.insert((w.kind, ObjectKey::new(&w.namespace, &w.name)), w);
+    for w in &workloads {
+        s.apply(w);
     }
     s
 }
@@ -246,16 +236,7 @@ fn replicas_come_from_matching_workloads_and_their_autoscalers() {
             workload("shop", "web", "web", 9),
         ],
     );
-    snap.autoscalers.insert(
-        ObjectKey::new("shop", "api"),
-        Autoscaler {
-            namespace: "shop".into(),
-            name: "api".into(),
-            target_kind: "Deployment".into(),
-            target_name: "api".into(),
-            max_replicas: 6,
-        },
-    );
+    snap.apply(&mk_autoscaler("shop", "api", 6));
     let p = plan(&bh, &snap);
     let w = p.workload.expect("resolved");
     assert_eq!(w.workloads, vec!["Deployment shop/api", "Deployment shop/api-canary"]);
@@ -434,7 +415,7 @@ fn a_namespace_that_stops_matching_loses_its_quota() {
         changes("tenants", &p, &cluster, bulkhead::plan::WithheldConfig::Remove).is_empty(),
         "applied and unchanged: nothing to do"
     );
-    cluster.namespaces.insert("a1".into(), namespace("a1", &[]));
+    cluster.apply(&namespace("a1", &[]));
     let p = plan(&bh, &cluster);
     assert_eq!(
         changes("tenants", &p, &cluster, bulkhead::plan::WithheldConfig::Remove),

@@ -11,17 +11,12 @@ use bulkhead::{
     crd::{Bulkhead, Layer, LayerState, LayerStatus},
     plan::{changes, Change, Plan, PlanConfig},
     select::Selection,
-    snapshot::{NamespaceInfo, Snapshot},
+    snapshot::Snapshot,
     status::{build_status, ApplyOutcome, ISOLATED, PLACED, READY, SHUFFLE_SHARDED},
 };
-use k8s_openapi::{
-    api::{
-        apps::v1::Deployment,
-        core::v1::{Node, Pod},
-    },
-    apimachinery::pkg::apis::meta::v1::Time,
-};
-use serde_json::{json, Value};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use crate::fixtures::{mk_deployment, mk_namespace, mk_node, mk_pod};
 
 /// A Tenant Bulkhead with `tenants` classes t00, t01, … (pods app=tNN in
 /// namespaces team=saas) plus a critical admin class, sharded over pool=shared.
@@ -41,47 +36,23 @@ fn saas(tenants: usize, shard_size: u32, extra: &str) -> Bulkhead {
     .expect("fixture")
 }
 
-fn node(name: &str, labels: Value) -> Node {
-    serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": labels, "resourceVersion": "1"},
-        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
-    }))
-    .expect("node")
-}
-
 /// `nodes` candidate nodes n0…, each with a hostname label h-<name>, one
 /// Deployment per tenant and one for admin, and pods as listed (app, node).
 fn cluster(nodes: &[&str], tenants: usize, pods: &[(&str, &str)]) -> Snapshot {
     let mut s = Snapshot::default();
-    s.namespaces.insert(
-        "saas".into(),
-        NamespaceInfo { name: "saas".into(), labels: [("team".into(), "saas".into())].into(), terminating: false },
-    );
+    s.apply(&mk_namespace("saas", &[("team", "saas")]));
     for n in nodes {
-        s.apply(&node(n, json!({"pool": "shared", "kubernetes.io/hostname": format!("h-{n}")})));
+        s.apply(&mk_node(n, &[("pool", "shared"), ("kubernetes.io/hostname", &format!("h-{n}"))]));
     }
     // Not a candidate: another pool, and one without a hostname label.
-    s.apply(&node("other", json!({"pool": "batch", "kubernetes.io/hostname": "h-other"})));
-    s.apply(&node("nameless", json!({"pool": "shared"})));
+    s.apply(&mk_node("other", &[("pool", "batch"), ("kubernetes.io/hostname", "h-other")]));
+    s.apply(&mk_node("nameless", &[("pool", "shared")]));
     let apps = (0..tenants).map(|t| format!("t{t:02}")).chain(["admin".to_string()]);
     for app in apps {
-        let d: Deployment = serde_json::from_value(json!({
-            "metadata": {"name": app, "namespace": "saas", "generation": 1},
-            "spec": {
-                "selector": {"matchLabels": {"app": app}},
-                "template": {"metadata": {"labels": {"app": app}}, "spec": {"containers": [{"name": "c", "image": "i"}]}},
-            },
-        }))
-        .expect("deployment");
-        s.apply(&d);
+        s.apply(&mk_deployment("saas", &app, &app, 1));
     }
     for (i, (app, node)) in pods.iter().enumerate() {
-        let p: Pod = serde_json::from_value(json!({
-            "metadata": {"name": format!("{app}-{i}"), "namespace": "saas", "labels": {"app": app}},
-            "spec": {"nodeName": node, "containers": []},
-        }))
-        .expect("pod");
-        s.apply(&p);
+        s.apply(&mk_pod("saas", &format!("{app}-{i}"), &[("app", app)], Some(node)));
     }
     s
 }

@@ -1,0 +1,76 @@
+//! The one way the pure tests build a cluster: API objects made here and fed
+//! through `Snapshot::apply`, exactly as the controller's watches feed them,
+//! so a test cannot build a snapshot the operator would never see.
+#![allow(dead_code)]
+
+use k8s_openapi::api::{
+    apps::v1::Deployment,
+    autoscaling::v1::HorizontalPodAutoscaler,
+    core::v1::{Namespace, Node, Pod},
+};
+use serde_json::{json, Map, Value};
+
+fn labels(pairs: &[(&str, &str)]) -> Value {
+    Value::Object(pairs.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<Map<_, _>>())
+}
+
+fn typed<T: serde::de::DeserializeOwned>(what: &str, v: Value) -> T {
+    serde_json::from_value(v).unwrap_or_else(|e| panic!("fixture {what}: {e}"))
+}
+
+pub fn mk_namespace(name: &str, label_pairs: &[(&str, &str)]) -> Namespace {
+    typed("namespace", json!({"metadata": {"name": name, "labels": labels(label_pairs)}}))
+}
+
+/// A Ready node with these labels (and no taints).
+pub fn mk_node(name: &str, label_pairs: &[(&str, &str)]) -> Node {
+    mk_node_with(name, labels(label_pairs), json!([]), true)
+}
+
+/// A node with labels and taints given as JSON, Ready or not.
+pub fn mk_node_with(name: &str, labels: Value, taints: Value, ready: bool) -> Node {
+    typed(
+        "node",
+        json!({
+            "metadata": {"name": name, "labels": labels, "resourceVersion": "1"},
+            "spec": {"taints": taints},
+            "status": {"conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]},
+        }),
+    )
+}
+
+/// A pod with these labels, bound to `node` (None: not scheduled).
+pub fn mk_pod(ns: &str, name: &str, label_pairs: &[(&str, &str)], node: Option<&str>) -> Pod {
+    let mut spec = json!({"containers": []});
+    if let Some(node) = node {
+        spec["nodeName"] = json!(node);
+    }
+    typed("pod", json!({"metadata": {"name": name, "namespace": ns, "labels": labels(label_pairs)}, "spec": spec}))
+}
+
+/// A Deployment of `replicas` pods labelled `app`, one container named `app`.
+pub fn mk_deployment(ns: &str, name: &str, app: &str, replicas: i32) -> Deployment {
+    typed(
+        "deployment",
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "namespace": ns, "generation": 1},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": {"app": app}},
+                "template": {"metadata": {"labels": {"app": app}}, "spec": {"containers": [{"name": "app", "image": "i"}]}},
+            },
+        }),
+    )
+}
+
+/// An autoscaler of Deployment `target` up to `max` replicas.
+pub fn mk_autoscaler(ns: &str, target: &str, max: i32) -> HorizontalPodAutoscaler {
+    typed(
+        "autoscaler",
+        json!({
+            "metadata": {"name": target, "namespace": ns},
+            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target}, "maxReplicas": max},
+        }),
+    )
+}
