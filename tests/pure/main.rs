@@ -1,12 +1,15 @@
 //! The pure tests in one binary: the planner, placement, injection, the
 //! audit (full and incremental), shuffle sharding, the generated corpus, the
-//! generated artifacts and the module order. No process, no cluster.
+//! generated artifacts, the module order and the usage analysis. No process, no cluster.
 //! `cargo test --test pure planner::` runs one file's tests.
 
 mod architecture;
 mod artifacts;
 mod audit;
 mod audit_incremental;
+#[path = "../support/chart.rs"]
+#[allow(dead_code)]
+mod chart_support;
 mod check_corpus;
 mod fixtures;
 mod injection;
@@ -14,3 +17,4 @@ mod placement;
 mod planner;
 mod shard;
 mod sharding;
+mod usage;

@@ -110,6 +110,10 @@ struct Class {
     max_duration: Option<Duration>,
     floor_in_use: u32,
     surplus_in_use: u32,
+    /// Most in flight (floor + surplus) and most borrowed since the last
+    /// scrape: a peak between two scrapes is not lost.
+    high_water: u32,
+    borrowed_high_water: u32,
     admitted: [u64; 2],
     rejected: [u64; 2],
     duration: Histogram,
@@ -252,6 +256,8 @@ impl Pool {
                         max_duration: None,
                         floor_in_use: 0,
                         surplus_in_use: 0,
+                        high_water: 0,
+                        borrowed_high_water: 0,
                         admitted: [0; 2],
                         rejected: [0; 2],
                         duration: Histogram::new(self.buckets.iter().copied()),
@@ -307,8 +313,10 @@ impl Pool {
         } else {
             c.surplus_in_use += 1;
             s.surplus_in_use += 1;
+            c.borrowed_high_water = c.borrowed_high_water.max(c.surplus_in_use);
             Source::Surplus
         };
+        c.high_water = c.high_water.max(c.floor_in_use + c.surplus_in_use);
         c.admitted[source as usize] += 1;
         let (header, max_duration) = (c.header.clone(), c.max_duration);
         #[cfg(test)]
@@ -346,8 +354,29 @@ impl Pool {
 
     /// A consistent copy of every counter, for metrics and tests.
     pub fn snapshot(&self) -> PoolSnapshot {
-        let s = self.lock();
+        Self::copy(&self.lock())
+    }
+
+    /// A snapshot for a scrape: the high-water marks then start again from
+    /// what is in flight now, so each scrape sees the peak since the one
+    /// before. With several scrapers each sees only the peak since the last
+    /// scrape by any of them, so each misses the peaks the others took and
+    /// reads them low: for the usage advice, let one Prometheus scrape the
+    /// sidecars.
+    pub fn scrape(&self) -> PoolSnapshot {
+        let mut s = self.lock();
+        let snapshot = Self::copy(&s);
+        for c in &mut s.classes {
+            c.high_water = c.floor_in_use + c.surplus_in_use;
+            c.borrowed_high_water = c.surplus_in_use;
+        }
+        snapshot
+    }
+
+    fn copy(s: &State) -> PoolSnapshot {
         PoolSnapshot {
+            bulkhead: s.config.bulkhead.clone(),
+            divided_by: s.config.divided_by,
             generation: s.generation,
             capacity: s.capacity,
             surplus: s.surplus,
@@ -364,6 +393,8 @@ impl Pool {
                     ceiling: c.ceiling,
                     floor_in_use: c.floor_in_use,
                     surplus_in_use: c.surplus_in_use,
+                    high_water: c.high_water,
+                    borrowed_high_water: c.borrowed_high_water,
                     admitted_floor: c.admitted[0],
                     admitted_surplus: c.admitted[1],
                     rejected_ceiling: c.rejected[0],
@@ -418,6 +449,10 @@ impl State {
 /// Counters of a pool at one instant.
 #[derive(Clone, Debug)]
 pub struct PoolSnapshot {
+    /// The Bulkhead named in pools.json (every series carries it).
+    pub bulkhead: String,
+    /// pools.json's dividedBy: the replicas fleet-wide numbers were divided by.
+    pub divided_by: u64,
     /// Configs applied since the pool was made (1 = the first).
     pub generation: u64,
     /// Units this replica may hand out in all.
@@ -449,6 +484,10 @@ pub struct ClassSnapshot {
     pub floor_in_use: u32,
     /// Surplus slots it holds now.
     pub surplus_in_use: u32,
+    /// Most in flight since the last scrape (see `Pool::scrape`).
+    pub high_water: u32,
+    /// Most borrowed from the surplus since the last scrape.
+    pub borrowed_high_water: u32,
     /// Requests admitted from its floor, since the pool was made.
     pub admitted_floor: u64,
     /// Requests admitted from the surplus.
