@@ -254,6 +254,7 @@ fn run(
             leader_election,
             config,
             shutdown_grace,
+            usage: bulkhead::controller::UsageOptions::disabled(),
         };
         bulkhead::controller::run(client, options).await?;
         anyhow::Ok(())
