@@ -44,6 +44,8 @@ enum Command {
         #[arg(long, value_name = "DURATION", default_value = "4s", value_parser = bulkhead::proxy::options::parse_duration)]
         shutdown_grace: std::time::Duration,
         #[command(flatten)]
+        usage: UsageArgs,
+        #[command(flatten)]
         config: ConfigArgs,
     },
     /// Enforce a pool config: a reverse proxy that admits each request to its class's pool or rejects it at once.
@@ -117,6 +119,53 @@ enum Command {
     },
 }
 
+/// Where the proxies' telemetry is and how often to read it (the `Sized` condition).
+#[derive(clap::Args, Clone)]
+struct UsageArgs {
+    /// Prometheus that scrapes the proxies (http://host:9090); each Bulkhead's use is then
+    /// analysed every --usage-period. Without it, Sized is Unknown (NoTelemetry).
+    #[arg(long, value_name = "URL")]
+    prometheus_url: Option<String>,
+    /// How often each Bulkhead's use is analysed (at most one status write each).
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_span)]
+    usage_period: std::time::Duration,
+    /// How much history one analysis reads.
+    #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = parse_span)]
+    usage_window: std::time::Duration,
+}
+
+/// A span as Prometheus writes one: whole numbers with units, `7d`, `10m`, `1h30m`, `500ms`.
+fn parse_span(s: &str) -> Result<std::time::Duration, String> {
+    let bad = || format!("{s:?}: expected a duration such as 7d, 12h, 10m, 30s or 500ms");
+    let mut total = std::time::Duration::ZERO;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+        let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
+        let after = &rest[digits..];
+        let unit = after.find(|c: char| c.is_ascii_digit()).unwrap_or(after.len());
+        let seconds = match &after[..unit] {
+            "ms" => {
+                total += std::time::Duration::from_millis(n);
+                rest = &after[unit..];
+                continue;
+            }
+            "s" => 1,
+            "m" => 60,
+            "h" => 3_600,
+            "d" => 86_400,
+            "w" => 604_800,
+            _ => return Err(bad()),
+        };
+        total += std::time::Duration::from_secs(n.checked_mul(seconds).ok_or_else(bad)?);
+        rest = &after[unit..];
+    }
+    if total.is_zero() {
+        return Err(bad());
+    }
+    Ok(total)
+}
+
 #[derive(Clone, Copy, clap::ValueEnum)]
 enum ShardOutput {
     Table,
@@ -165,12 +214,13 @@ fn main() -> ExitCode {
             lease_namespace,
             lease_name,
             shutdown_grace,
+            usage,
             config,
         } => {
             init_tracing(log_format);
             let lease =
                 leader_elect.then_some(bulkhead::controller::LeaseRef { namespace: lease_namespace, name: lease_name });
-            match run(metrics_addr, lease, shutdown_grace, config.into()) {
+            match run(metrics_addr, lease, shutdown_grace, usage, config.into()) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!(error = %Chain(&*e), "controller stopped");
@@ -242,8 +292,10 @@ fn run(
     metrics_addr: SocketAddr,
     leader_election: Option<bulkhead::controller::LeaseRef>,
     shutdown_grace: std::time::Duration,
+    usage: UsageArgs,
     config: Config,
 ) -> anyhow::Result<()> {
+    let usage = usage_options(usage)?;
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let result = runtime.block_on(async {
         let client =
@@ -254,7 +306,7 @@ fn run(
             leader_election,
             config,
             shutdown_grace,
-            usage: bulkhead::controller::UsageOptions::disabled(),
+            usage,
         };
         bulkhead::controller::run(client, options).await?;
         anyhow::Ok(())
@@ -263,6 +315,15 @@ fn run(
     // the process alive past the grace period.
     runtime.shutdown_timeout(std::time::Duration::from_millis(200));
     result
+}
+
+/// The analysis the controller runs: `prometheus::advise`, its errors sorted
+/// into "no telemetry" (unreachable, no series) and a failed analysis.
+fn usage_options(args: UsageArgs) -> anyhow::Result<bulkhead::controller::UsageOptions> {
+    let Some(url) = args.prometheus_url else {
+        return Ok(bulkhead::controller::UsageOptions::disabled());
+    };
+    anyhow::bail!("--prometheus-url {url}: not wired yet");
 }
 
 fn proxy(args: bulkhead::proxy::ProxyArgs) -> anyhow::Result<()> {
