@@ -18,6 +18,7 @@ pub mod logging;
 pub mod offline;
 pub mod plan;
 pub mod pool_config;
+pub mod prometheus;
 pub mod proxy;
 pub mod select;
 pub mod shard;

@@ -21,13 +21,17 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("plan", &["crd", "pool_config", "snapshot", "select", "shard"]),
     ("audit", &["crd", "snapshot", "select"]),
     ("status", &["crd", "pool_config", "snapshot", "select", "shard", "plan", "audit", "usage"]),
-    ("controller", &["crd", "pool_config", "snapshot", "select", "plan", "audit", "status", "error_chain"]),
-    ("offline", &["crd", "pool_config", "snapshot", "select", "plan", "audit", "status"]),
+    (
+        "controller",
+        &["crd", "pool_config", "snapshot", "select", "plan", "audit", "status", "error_chain", "usage", "prometheus"],
+    ),
+    ("offline", &["crd", "pool_config", "snapshot", "select", "plan", "audit", "status", "usage", "prometheus"]),
     ("proxy", &["pool_config", "crd"]),
     ("shard", &[]),
     ("logging", &[]),
     ("error_chain", &[]),
     ("usage", &["crd", "pool_config", "plan"]),
+    ("prometheus", &["crd", "pool_config", "plan", "usage"]),
 ];
 
 fn src() -> PathBuf {

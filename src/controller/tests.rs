@@ -417,6 +417,9 @@ fn starved_advice(rejected: u64) -> crate::usage::Advice {
         bulkhead: "pools".into(),
         window_seconds: 604_800,
         replicas_seen: 2,
+        capacity: 100,
+        shared_surplus: 30,
+        recommended_shared_surplus: 30,
         classes: vec![class("checkout", 40, 70, 0.4, rejected), class("search", 30, 3, 0.0, 0)],
         findings: vec![Finding {
             kind: FindingKind::StarvedAtCeiling,

@@ -20,7 +20,7 @@ use k8s_openapi::api::{
 };
 use kube::{api::ObjectMeta, Resource, ResourceExt};
 
-pub use crate::select::is_dns_label;
+pub use crate::select::{is_dns_label, Replicas};
 pub use capacity::{plan_capacity, CapacityPlan, ClassCapacity, Funding};
 pub use changes::{changes, teardown, Change};
 pub use nodes::{claim_key, merge_taints, ClassNodes, NodeChange, NodeGroupPlan, CLAIM_EFFECT};

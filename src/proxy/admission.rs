@@ -100,6 +100,10 @@ struct Class {
     max_duration: Option<Duration>,
     floor_in_use: u32,
     surplus_in_use: u32,
+    /// Most in flight (floor + surplus) and most borrowed since the last
+    /// scrape: a peak between two scrapes is not lost.
+    high_water: u32,
+    borrowed_high_water: u32,
     admitted: [u64; 2],
     rejected: [u64; 2],
     duration: Histogram,
@@ -241,6 +245,8 @@ impl Pool {
                         max_duration: None,
                         floor_in_use: 0,
                         surplus_in_use: 0,
+                        high_water: 0,
+                        borrowed_high_water: 0,
                         admitted: [0; 2],
                         rejected: [0; 2],
                         duration: Histogram::new(self.buckets.iter().copied()),
@@ -296,8 +302,10 @@ impl Pool {
         } else {
             c.surplus_in_use += 1;
             s.surplus_in_use += 1;
+            c.borrowed_high_water = c.borrowed_high_water.max(c.surplus_in_use);
             Source::Surplus
         };
+        c.high_water = c.high_water.max(c.floor_in_use + c.surplus_in_use);
         c.admitted[source as usize] += 1;
         let (header, max_duration) = (c.header.clone(), c.max_duration);
         #[cfg(test)]
@@ -335,8 +343,29 @@ impl Pool {
 
     /// A consistent copy of every counter, for metrics and tests.
     pub fn snapshot(&self) -> PoolSnapshot {
-        let s = self.lock();
+        Self::copy(&self.lock())
+    }
+
+    /// A snapshot for a scrape: the high-water marks then start again from
+    /// what is in flight now, so each scrape sees the peak since the one
+    /// before. With several scrapers each sees the peak since the last
+    /// scrape by any of them: the most recent peak reaches one scraper only,
+    /// so point exactly one Prometheus (or one HA pair, whose peaks are the
+    /// max of both) at the sidecars for the usage advice.
+    pub fn scrape(&self) -> PoolSnapshot {
+        let mut s = self.lock();
+        let snapshot = Self::copy(&s);
+        for c in &mut s.classes {
+            c.high_water = c.floor_in_use + c.surplus_in_use;
+            c.borrowed_high_water = c.surplus_in_use;
+        }
+        snapshot
+    }
+
+    fn copy(s: &State) -> PoolSnapshot {
         PoolSnapshot {
+            bulkhead: s.config.bulkhead.clone(),
+            divided_by: s.config.divided_by,
             generation: s.generation,
             capacity: s.capacity,
             surplus: s.surplus,
@@ -353,6 +382,8 @@ impl Pool {
                     ceiling: c.ceiling,
                     floor_in_use: c.floor_in_use,
                     surplus_in_use: c.surplus_in_use,
+                    high_water: c.high_water,
+                    borrowed_high_water: c.borrowed_high_water,
                     admitted_floor: c.admitted[0],
                     admitted_surplus: c.admitted[1],
                     rejected_ceiling: c.rejected[0],
@@ -407,6 +438,9 @@ impl State {
 /// Counters of a pool at one instant.
 #[derive(Clone, Debug)]
 pub struct PoolSnapshot {
+    /// pools.json's bulkhead and dividedBy.
+    pub bulkhead: String,
+    pub divided_by: u64,
     pub generation: u64,
     pub capacity: u32,
     pub surplus: u32,
@@ -425,6 +459,10 @@ pub struct ClassSnapshot {
     pub ceiling: u32,
     pub floor_in_use: u32,
     pub surplus_in_use: u32,
+    /// Most in flight since the last scrape (see `Pool::scrape`).
+    pub high_water: u32,
+    /// Most borrowed from the surplus since the last scrape.
+    pub borrowed_high_water: u32,
     pub admitted_floor: u64,
     pub admitted_surplus: u64,
     pub rejected_ceiling: u64,

@@ -43,8 +43,13 @@ impl ProxyMetrics {
         let mut registry = Registry::with_prefix("bulkhead_proxy");
         let reloads = Family::<ResultLabels, Counter>::default();
         let last_good_reload = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
-        registry.register("reloads", "Config reloads by result (applied, invalid, unreadable)", reloads.clone());
-        registry.register_with_unit(
+        // The pool's series carry the bulkhead of the config in force; these
+        // two, the one the proxy started with (a reload never renames it: the
+        // ConfigMap is named after the Bulkhead).
+        let bulkhead = pool.config().bulkhead.clone();
+        let own = registry.sub_registry_with_label(("bulkhead".into(), bulkhead.into()));
+        own.register("reloads", "Config reloads by result (applied, invalid, unreadable)", reloads.clone());
+        own.register_with_unit(
             "last_good_reload_timestamp",
             "When the config in force was applied (unix time)",
             Unit::Seconds,
@@ -71,15 +76,22 @@ impl ProxyMetrics {
     }
 }
 
-/// Encodes a pool's counters, limits and durations; register it in any
-/// registry (the in-process Layer's users can too).
+/// Encodes a pool's counters, limits and durations, every series labelled
+/// with pools.json's `bulkhead`; register it in any registry (the in-process
+/// Layer's users can too). Each encode is a scrape: it restarts the
+/// high-water marks (see `Pool::scrape`).
 #[derive(Debug)]
 pub struct PoolCollector(pub Arc<Pool>);
 
 impl Collector for PoolCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let s = self.0.snapshot();
-        let class_pool = |class: &str, pool: &'static str| [("class", class.to_owned()), ("pool", pool.to_owned())];
+        let s = self.0.scrape();
+        let b = s.bulkhead.as_str();
+        let bulkhead = [("bulkhead", b)];
+        let class = |class: &str| [("bulkhead", b.to_owned()), ("class", class.to_owned())];
+        let class_pool = |class: &str, pool: &'static str| {
+            [("bulkhead", b.to_owned()), ("class", class.to_owned()), ("pool", pool.to_owned())]
+        };
         let counter = ConstCounter::new(0u64).metric_type();
         let gauge = ConstGauge::new(0i64).metric_type();
 
@@ -94,8 +106,9 @@ impl Collector for PoolCollector {
             ConstCounter::new(c.admitted_surplus).encode(m.encode_family(&class_pool(&c.name, "surplus"))?)?;
         }
         let mut m = encoder.encode_descriptor("rejected", "Requests rejected, by class and reason", None, counter)?;
-        let class_reason =
-            |class: &str, reason: &'static str| [("class", class.to_owned()), ("reason", reason.to_owned())];
+        let class_reason = |class: &str, reason: &'static str| {
+            [("bulkhead", b.to_owned()), ("class", class.to_owned()), ("reason", reason.to_owned())]
+        };
         for c in &s.classes {
             ConstCounter::new(c.rejected_ceiling).encode(m.encode_family(&class_reason(&c.name, "ceiling"))?)?;
             let family = class_reason(&c.name, "surplus-exhausted");
@@ -110,28 +123,53 @@ impl Collector for PoolCollector {
             ConstGauge::new(i64::from(c.floor_in_use)).encode(m.encode_family(&class_pool(&c.name, "floor"))?)?;
             ConstGauge::new(i64::from(c.surplus_in_use)).encode(m.encode_family(&class_pool(&c.name, "surplus"))?)?;
         }
+        let mut m = encoder.encode_descriptor(
+            "in_flight_high_water",
+            "Most requests of a class in flight at once since the last scrape",
+            None,
+            gauge,
+        )?;
+        for c in &s.classes {
+            ConstGauge::new(i64::from(c.high_water)).encode(m.encode_family(&class(&c.name))?)?;
+        }
+        let mut m = encoder.encode_descriptor(
+            "borrowed_high_water",
+            "Most surplus units a class held at once since the last scrape",
+            None,
+            gauge,
+        )?;
+        for c in &s.classes {
+            ConstGauge::new(i64::from(c.borrowed_high_water)).encode(m.encode_family(&class(&c.name))?)?;
+        }
         let active = || s.classes.iter().filter(|c| c.active);
         let mut m = encoder.encode_descriptor("class_reserved", "Floor of each class in force", None, gauge)?;
         for c in active() {
-            ConstGauge::new(i64::from(c.reserved)).encode(m.encode_family(&[("class", &*c.name)])?)?;
+            ConstGauge::new(i64::from(c.reserved)).encode(m.encode_family(&class(&c.name))?)?;
         }
         let mut m = encoder.encode_descriptor("class_ceiling", "Ceiling of each class in force", None, gauge)?;
         for c in active() {
-            ConstGauge::new(i64::from(c.ceiling)).encode(m.encode_family(&[("class", &*c.name)])?)?;
+            ConstGauge::new(i64::from(c.ceiling)).encode(m.encode_family(&class(&c.name))?)?;
         }
-        let m = encoder.encode_descriptor("capacity", "Units this replica may hand out in all", None, gauge)?;
-        ConstGauge::new(i64::from(s.capacity)).encode(m)?;
-        let m = encoder.encode_descriptor("shared_surplus", "Units any class may borrow", None, gauge)?;
-        ConstGauge::new(i64::from(s.surplus)).encode(m)?;
-        let m = encoder.encode_descriptor("shared_surplus_in_use", "Units borrowed now", None, gauge)?;
-        ConstGauge::new(i64::from(s.surplus_in_use)).encode(m)?;
-        let m = encoder.encode_descriptor(
+        let mut m = encoder.encode_descriptor("capacity", "Units this replica may hand out in all", None, gauge)?;
+        ConstGauge::new(i64::from(s.capacity)).encode(m.encode_family(&bulkhead)?)?;
+        let mut m = encoder.encode_descriptor("shared_surplus", "Units any class may borrow", None, gauge)?;
+        ConstGauge::new(i64::from(s.surplus)).encode(m.encode_family(&bulkhead)?)?;
+        let mut m = encoder.encode_descriptor("shared_surplus_in_use", "Units borrowed now", None, gauge)?;
+        ConstGauge::new(i64::from(s.surplus_in_use)).encode(m.encode_family(&bulkhead)?)?;
+        let mut m = encoder.encode_descriptor(
+            "divided_by",
+            "Replicas a Fleet pool is split over (pools.json dividedBy; 1 for Instance)",
+            None,
+            gauge,
+        )?;
+        ConstGauge::new(i64::try_from(s.divided_by).unwrap_or(i64::MAX)).encode(m.encode_family(&bulkhead)?)?;
+        let mut m = encoder.encode_descriptor(
             "config_generation",
             "Configs applied since start (1 = the one read at start)",
             None,
             gauge,
         )?;
-        ConstGauge::new(i64::try_from(s.generation).unwrap_or(i64::MAX)).encode(m)?;
+        ConstGauge::new(i64::try_from(s.generation).unwrap_or(i64::MAX)).encode(m.encode_family(&bulkhead)?)?;
 
         let mut m = encoder.encode_descriptor(
             "request_duration",
@@ -140,7 +178,7 @@ impl Collector for PoolCollector {
             MetricType::Histogram,
         )?;
         for c in &s.classes {
-            c.duration.encode(m.encode_family(&[("class", &*c.name)])?)?;
+            c.duration.encode(m.encode_family(&class(&c.name))?)?;
         }
         Ok(())
     }
@@ -161,18 +199,37 @@ mod tests {
         m.reload("invalid");
         let text = m.encode();
         for line in [
-            r#"bulkhead_proxy_admitted_total{class="checkout",pool="floor"} 40"#,
-            r#"bulkhead_proxy_admitted_total{class="checkout",pool="surplus"} 1"#,
-            r#"bulkhead_proxy_rejected_total{class="",reason="unclassified"} 1"#,
-            r#"bulkhead_proxy_in_flight{class="checkout",pool="floor"} 0"#,
-            r#"bulkhead_proxy_class_ceiling{class="checkout"} 155"#,
-            r#"bulkhead_proxy_class_reserved{class="control-plane"} 5"#,
-            r#"bulkhead_proxy_config_generation 1"#,
-            r#"bulkhead_proxy_request_duration_seconds_count{class="checkout"} 41"#,
-            r#"bulkhead_proxy_reloads_total{result="invalid"} 1"#,
+            r#"bulkhead_proxy_admitted_total{bulkhead="example",class="checkout",pool="floor"} 40"#,
+            r#"bulkhead_proxy_admitted_total{bulkhead="example",class="checkout",pool="surplus"} 1"#,
+            r#"bulkhead_proxy_rejected_total{bulkhead="example",class="",reason="unclassified"} 1"#,
+            r#"bulkhead_proxy_in_flight{bulkhead="example",class="checkout",pool="floor"} 0"#,
+            r#"bulkhead_proxy_in_flight_high_water{bulkhead="example",class="checkout"} 41"#,
+            r#"bulkhead_proxy_borrowed_high_water{bulkhead="example",class="checkout"} 1"#,
+            r#"bulkhead_proxy_class_ceiling{bulkhead="example",class="checkout"} 155"#,
+            r#"bulkhead_proxy_class_reserved{bulkhead="example",class="control-plane"} 5"#,
+            r#"bulkhead_proxy_capacity{bulkhead="example"} 200"#,
+            r#"bulkhead_proxy_divided_by{bulkhead="example"} 1"#,
+            r#"bulkhead_proxy_config_generation{bulkhead="example"} 1"#,
+            r#"bulkhead_proxy_request_duration_seconds_count{bulkhead="example",class="checkout"} 41"#,
+            r#"bulkhead_proxy_reloads_total{bulkhead="example",result="invalid"} 1"#,
             "# TYPE bulkhead_proxy_last_good_reload_timestamp_seconds gauge",
         ] {
             assert!(text.contains(line), "{line} missing from\n{text}");
         }
+    }
+
+    #[test]
+    fn the_high_water_mark_keeps_a_peak_between_scrapes_and_restarts_at_each() {
+        let pool = Pool::new(example(), Unclassified::Reject).expect("valid");
+        let m = ProxyMetrics::new(Arc::clone(&pool));
+        let keep = pool.admit(Some(b"search")).expect("room");
+        let burst: Vec<_> = (0..7).map(|_| pool.admit(Some(b"search")).expect("room")).collect();
+        drop(burst);
+        let hw = r#"bulkhead_proxy_in_flight_high_water{bulkhead="example",class="search"}"#;
+        assert!(m.encode().contains(&format!("{hw} 8")), "the burst of 8 ended before the scrape, yet shows");
+        assert!(m.encode().contains(&format!("{hw} 1")), "the next scrape starts from what is in flight");
+        drop(keep);
+        assert!(m.encode().contains(&format!("{hw} 1")), "the release after the last scrape still counted");
+        assert!(m.encode().contains(&format!("{hw} 0")));
     }
 }

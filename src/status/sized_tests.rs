@@ -36,6 +36,9 @@ fn advice(findings: Vec<Finding>) -> Advice {
         bulkhead: "pools".into(),
         window_seconds: 7 * 86_400,
         replicas_seen: 3,
+        capacity: 100,
+        shared_surplus: 30,
+        recommended_shared_surplus: 26,
         classes: vec![class("checkout", 0.25, 1200), class("search", 0.0, 0)],
         findings,
     }

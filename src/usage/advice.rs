@@ -16,6 +16,12 @@ pub struct Advice {
     pub window_seconds: u64,
     /// Distinct proxy replicas that reported in the window.
     pub replicas_seen: u32,
+    /// spec.pool.capacity (spec units).
+    pub capacity: u32,
+    /// The shared surplus in force (spec units).
+    pub shared_surplus: u32,
+    /// Capacity minus the recommended floors: the surplus once the advice is applied.
+    pub recommended_shared_surplus: u32,
     pub classes: Vec<ClassUsage>,
     pub findings: Vec<Finding>,
 }

@@ -5,5 +5,16 @@
 //! condition and `status.classes[].usage`.
 
 mod advice;
+mod analyse;
+mod findings;
+mod leak;
+mod recommend;
+mod telemetry;
+mod thresholds;
 
 pub use advice::{Advice, ClassUsage, Finding, FindingKind};
+pub use analyse::{analyse, apply_advice, capacity_plan};
+pub use findings::percent;
+pub use recommend::{minimum, recommend, Demand, Sizing};
+pub use telemetry::{ClassSeries, Telemetry};
+pub use thresholds::Thresholds;
