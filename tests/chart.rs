@@ -328,7 +328,7 @@ fn monitoring_is_off_by_default_and_when_on_scrapes_the_service_and_alerts_on_ex
         &[
             "--set",
             "monitoring.prometheusRule.enabled=true",
-            "--set",
+            "--set-json",
             "monitoring.prometheusRule.thresholds.starvedRejectedRatio=0.05",
         ],
     );
@@ -340,7 +340,7 @@ fn monitoring_is_off_by_default_and_when_on_scrapes_the_service_and_alerts_on_ex
             "template",
             "--set",
             "monitoring.prometheusRule.enabled=true",
-            "--set",
+            "--set-json",
             "monitoring.prometheusRule.thresholds.collapseOccupancy=2",
         ],
     );
