@@ -297,9 +297,9 @@ fn run(
     usage: UsageArgs,
     config: Config,
 ) -> anyhow::Result<()> {
-    let usage = usage_options(usage)?;
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let result = runtime.block_on(async {
+        let usage = usage_options(usage)?;
         let client =
             kube::Client::try_default().await.context("no Kubernetes credentials (KUBECONFIG or in-cluster)")?;
         let options = bulkhead::controller::RunOptions {
@@ -319,13 +319,12 @@ fn run(
     result
 }
 
-/// The analysis the controller runs: `prometheus::advise`, its errors sorted
-/// into "no telemetry" (unreachable, no series) and a failed analysis.
+/// The analysis the controller runs (`prometheus::advise`), or none.
 fn usage_options(args: UsageArgs) -> anyhow::Result<bulkhead::controller::UsageOptions> {
     let Some(url) = args.prometheus_url else {
         return Ok(bulkhead::controller::UsageOptions::disabled());
     };
-    anyhow::bail!("--prometheus-url {url}: not wired yet");
+    Ok(bulkhead::controller::UsageOptions::prometheus(&url, args.usage_period, args.usage_window)?)
 }
 
 fn proxy(args: bulkhead::proxy::ProxyArgs) -> anyhow::Result<()> {

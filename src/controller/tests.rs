@@ -569,3 +569,27 @@ async fn a_deleted_bulkhead_forgets_its_analysis() {
     assert!(result.is_ok(), "{result:?}");
     assert_eq!(*kept.usage.sizing("pools"), crate::status::Sizing::Pending, "nothing kept of it");
 }
+
+#[tokio::test]
+async fn an_unreachable_prometheus_is_no_telemetry_and_a_refused_query_a_failed_analysis() {
+    // A port nothing listens on: the real client, the real error.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port");
+    let options =
+        UsageOptions::prometheus(&format!("http://{closed}"), Duration::from_secs(600), Duration::from_secs(3600))
+            .expect("a valid URL");
+    let analyst = options.analyst.expect("an analyst");
+    let sizing = tokio::time::timeout(Duration::from_secs(30), analyst(pooled(), Duration::from_secs(3600)))
+        .await
+        .expect("answers in time");
+    let crate::status::Sizing::NoTelemetry(why) = &sizing else { panic!("{sizing:?}") };
+    assert!(why.contains("unreachable"), "{why}");
+    let sized = crate::status::sized_condition(&sizing);
+    assert_eq!((sized.status, sized.reason.as_str()), (crate::status::ConditionStatus::Unknown, "NoTelemetry"));
+
+    let refused = crate::prometheus::PrometheusError::Query {
+        error_type: "bad_data".into(),
+        error: "parse error".into(),
+        query: "up{".into(),
+    };
+    assert!(matches!(super::usage::sizing(Err(refused)), crate::status::Sizing::Failed(_)));
+}

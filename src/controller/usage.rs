@@ -15,7 +15,12 @@ use futures::{future::BoxFuture, Stream};
 use tokio::{sync::Notify, time::Instant};
 use tracing::{debug, warn};
 
-use crate::{crd::Bulkhead, status::Sizing};
+use crate::{
+    crd::Bulkhead,
+    error_chain::Chain,
+    prometheus::{advise, PrometheusClient, PrometheusError},
+    status::Sizing,
+};
 
 /// Runs one analysis of one Bulkhead over a window; says what to report.
 pub type Analyst = Arc<dyn Fn(Bulkhead, Duration) -> BoxFuture<'static, Sizing> + Send + Sync>;
@@ -45,6 +50,26 @@ impl UsageOptions {
     /// No Prometheus.
     pub fn disabled() -> Self {
         Self { analyst: None, period: DEFAULT_PERIOD, window: DEFAULT_WINDOW }
+    }
+
+    /// The analysis `bulkhead advise` runs, against the Prometheus at `url`.
+    pub fn prometheus(url: &str, period: Duration, window: Duration) -> Result<Self, PrometheusError> {
+        let client = Arc::new(PrometheusClient::new(url)?);
+        let analyst: Analyst = Arc::new(move |bulkhead, window| {
+            let client = client.clone();
+            Box::pin(async move { sizing(advise(&client, &bulkhead, window).await) })
+        });
+        Ok(Self { analyst: Some(analyst), period, window })
+    }
+}
+
+/// What an analysis's outcome says: no series or no Prometheus to ask is no
+/// telemetry (never a guess); any other error is a failed analysis.
+pub fn sizing(result: Result<crate::usage::Advice, PrometheusError>) -> Sizing {
+    match result {
+        Ok(advice) => Sizing::Advised(advice),
+        Err(e) if e.is_no_telemetry() => Sizing::NoTelemetry(Chain(&e).to_string()),
+        Err(e) => Sizing::Failed(Chain(&e).to_string()),
     }
 }
 
