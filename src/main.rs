@@ -6,7 +6,10 @@ use anyhow::Context as _;
 use bulkhead::{
     audit::AuditConfig,
     error_chain::Chain,
-    offline::{check_report, evaluate_all, load_files, plan_report, Input, OutputFormat, EXIT_INVALID_INPUT},
+    offline::{
+        advise_exit, advise_text, check_report, evaluate_all, load_files, parse_window, plan_report, AdviseFormat,
+        Input, OutputFormat, EXIT_INVALID_INPUT, EXIT_NO_TELEMETRY,
+    },
     plan::{PlanConfig, DEFAULT_PROXY_IMAGE},
     shard::Calculation,
     status::Config,
@@ -89,6 +92,31 @@ enum Command {
         strict: bool,
         #[command(flatten)]
         config: ConfigArgs,
+    },
+    /// Compare each class's use with its reservation, from the proxies' telemetry in Prometheus,
+    /// and print the fundable resize that fits it; exit 0 no findings, 1 findings, 3 bad input,
+    /// 4 no telemetry (Prometheus unreachable, or no series of the Bulkhead in the window).
+    ///
+    /// Nothing is applied: the text output ends with the `kubectl patch` that would.
+    Advise {
+        /// YAML or JSON files, directories or - for stdin, holding the Bulkhead to advise on.
+        #[arg(short = 'f', long = "file", required = true)]
+        files: Vec<PathBuf>,
+        /// Base URL of Prometheus's HTTP API (plain http), e.g. http://127.0.0.1:9090.
+        #[arg(long, value_name = "URL")]
+        prometheus: String,
+        /// How far back to look: 30s, 15m, 6h, 7d, 2w.
+        #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = parse_window)]
+        window: std::time::Duration,
+        /// Length of one step, the unit of time-at-ceiling and of leak windows (default: the
+        /// window / 1000, at least 15s; at least two scrape intervals).
+        #[arg(long, value_name = "DURATION", value_parser = parse_window)]
+        step: Option<std::time::Duration>,
+        /// The Bulkhead to advise on when the files hold several.
+        #[arg(long, value_name = "NAME")]
+        bulkhead: Option<String>,
+        #[arg(short = 'o', long = "output", value_enum, default_value = "text")]
+        output: AdviseFormat,
     },
     /// Offline: how many other tenants one failed shard affects, shared, partitioned or shuffle-sharded; exit 3 bad input.
     ///
@@ -247,6 +275,9 @@ fn main() -> ExitCode {
         Command::Plan { files, output, config } => plan(&files, output, &config.into()),
         Command::Check { files, output, strict, config } => check(&files, output, strict, &config.into()),
         Command::Shard { nodes, shard_size, tenants, output } => shard(nodes, shard_size, tenants, output),
+        Command::Advise { files, prometheus, window, step, bulkhead, output } => {
+            advise(&files, &prometheus, window, step, bulkhead.as_deref(), output)
+        }
     }
 }
 
@@ -386,6 +417,73 @@ fn check(files: &[PathBuf], output: OutputFormat, strict: bool, config: &Config)
         eprintln!("{line}");
     }
     ExitCode::from(report.exit)
+}
+
+fn advise(
+    files: &[PathBuf],
+    prometheus: &str,
+    window: std::time::Duration,
+    step: Option<std::time::Duration>,
+    name: Option<&str>,
+    output: AdviseFormat,
+) -> ExitCode {
+    use kube::ResourceExt;
+    let bad = |message: String| {
+        eprintln!("error: {message}");
+        ExitCode::from(EXIT_INVALID_INPUT)
+    };
+    let input = match read_input(files) {
+        Ok(input) => input,
+        Err(code) => return code,
+    };
+    let mut matching = input.bulkheads.iter().filter(|b| name.is_none_or(|n| b.name_any() == n));
+    let (Some(bulkhead), None) = (matching.next(), matching.next()) else {
+        let names: Vec<String> = input.bulkheads.iter().map(|b| b.name_any()).collect();
+        return bad(match name {
+            Some(n) => format!("--bulkhead {n}: not one of {}", names.join(", ")),
+            None => {
+                format!("the files hold {} Bulkheads ({}): name one with --bulkhead", names.len(), names.join(", "))
+            }
+        });
+    };
+    let client = match bulkhead::prometheus::PrometheusClient::new(prometheus) {
+        Ok(c) => c,
+        Err(e) => return bad(e.to_string()),
+    };
+    let options = bulkhead::prometheus::AdviseOptions { step, ..Default::default() };
+    let result = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+        .map(|rt| rt.block_on(bulkhead::prometheus::advise_with(&client, bulkhead, window, &options)));
+    let advice = match result {
+        Ok(Ok(advice)) => advice,
+        Ok(Err(e)) => {
+            eprintln!("error: {}", Chain(&e));
+            // A bad URL or window is bad input; anything Prometheus did or did not answer, no telemetry.
+            let input_error = matches!(
+                e,
+                bulkhead::prometheus::PrometheusError::InvalidUrl { .. }
+                    | bulkhead::prometheus::PrometheusError::Window(_)
+            );
+            return ExitCode::from(if input_error { EXIT_INVALID_INPUT } else { EXIT_NO_TELEMETRY });
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match output {
+        AdviseFormat::Text => print!("{}", advise_text(bulkhead, &advice)),
+        AdviseFormat::Json => match serde_json::to_string_pretty(&advice) {
+            Ok(json) => println!("{json}"),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+    }
+    ExitCode::from(advise_exit(&advice))
 }
 
 fn print_list(list: &serde_json::Value, output: OutputFormat) -> anyhow::Result<()> {

@@ -14,6 +14,8 @@ pub struct Advice {
     pub bulkhead: String,
     /// Length of the window analysed, in seconds.
     pub window_seconds: u64,
+    /// Length of one step of the window: the unit of timeAtCeiling and of a leak's windows.
+    pub step_seconds: u64,
     /// Distinct proxy replicas that reported in the window.
     pub replicas_seen: u32,
     /// spec.pool.capacity (spec units).

@@ -80,6 +80,7 @@ pub fn analyse(bulkhead: &Bulkhead, t: &Telemetry, th: &Thresholds) -> Advice {
     Advice {
         bulkhead: bulkhead.name_any(),
         window_seconds: t.window_seconds,
+        step_seconds: t.step_seconds,
         replicas_seen: t.replicas_seen,
         capacity: spec.pool.capacity,
         shared_surplus: plan.shared_surplus,

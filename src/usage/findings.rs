@@ -37,7 +37,9 @@ pub fn findings(classes: &[ClassUsage], per_replica_reserved: &[u32], t: &Teleme
     if !starved_names.is_empty() {
         for (c, &floor) in classes.iter().zip(per_replica_reserved) {
             let idle = f64::from(c.p95_in_flight) < th.idle_ratio * f64::from(floor);
-            if idle && !starved_names.contains(&c.name.as_str()) {
+            // A floor the recommendation keeps (a critical class's 1, say) is not reported idle.
+            let lowered = c.recommended_reserved < c.reserved;
+            if idle && lowered && !starved_names.contains(&c.name.as_str()) {
                 let mut involved = vec![c.name.clone()];
                 involved.extend(starved_names.iter().map(|s| s.to_string()));
                 out.push(Finding {
