@@ -155,45 +155,11 @@ struct UsageArgs {
     #[arg(long, value_name = "URL")]
     prometheus_url: Option<String>,
     /// How often each Bulkhead's use is analysed (at most one status write each).
-    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_span)]
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_window)]
     usage_period: std::time::Duration,
     /// How much history one analysis reads.
-    #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = parse_span)]
+    #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = parse_window)]
     usage_window: std::time::Duration,
-}
-
-/// A span as Prometheus writes one (and the chart's schema accepts): whole
-/// numbers with units, `7d`, `10m`, `1h30m`, `500ms`.
-fn parse_span(s: &str) -> Result<std::time::Duration, String> {
-    let bad = || format!("{s:?}: expected a duration such as 7d, 12h, 10m, 30s or 500ms");
-    let mut total = std::time::Duration::ZERO;
-    let mut rest = s;
-    while !rest.is_empty() {
-        let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
-        let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
-        let after = &rest[digits..];
-        let unit = after.find(|c: char| c.is_ascii_digit()).unwrap_or(after.len());
-        let seconds = match &after[..unit] {
-            "ms" => {
-                total += std::time::Duration::from_millis(n);
-                rest = &after[unit..];
-                continue;
-            }
-            "s" => 1,
-            "m" => 60,
-            "h" => 3_600,
-            "d" => 86_400,
-            "w" => 604_800,
-            "y" => 365 * 86_400,
-            _ => return Err(bad()),
-        };
-        total += std::time::Duration::from_secs(n.checked_mul(seconds).ok_or_else(bad)?);
-        rest = &after[unit..];
-    }
-    if total.is_zero() {
-        return Err(bad());
-    }
-    Ok(total)
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -497,24 +463,4 @@ fn print_list(list: &serde_json::Value, output: OutputFormat) -> anyhow::Result<
 
 fn now() -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
     k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now())
-}
-
-#[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use super::parse_span;
-
-    #[test]
-    fn spans_read_as_prometheus_writes_them() {
-        assert_eq!(parse_span("7d"), Ok(Duration::from_secs(7 * 86_400)));
-        assert_eq!(parse_span("10m"), Ok(Duration::from_secs(600)));
-        assert_eq!(parse_span("1h30m"), Ok(Duration::from_secs(5_400)));
-        assert_eq!(parse_span("1w"), Ok(Duration::from_secs(604_800)));
-        assert_eq!(parse_span("1y"), Ok(Duration::from_secs(365 * 86_400)));
-        assert_eq!(parse_span("500ms"), Ok(Duration::from_millis(500)));
-        for bad in ["", "0s", "7", "d", "1.5h", "-1m", "10 m", "99999999999999999999d"] {
-            assert!(parse_span(bad).is_err(), "{bad:?}");
-        }
-    }
 }

@@ -644,7 +644,13 @@ fn usage_analysis_is_off_by_default_and_passes_its_url_period_and_window() {
             "7d"
         ]
     );
-    for bad in ["usage.prometheusUrl=prometheus:9090", "usage.period=10 minutes", "usage.windw=7d"] {
+    for bad in [
+        "usage.prometheusUrl=prometheus:9090",
+        "usage.period=10 minutes",
+        "usage.period=1h30m",
+        "usage.window=0d",
+        "usage.windw=7d",
+    ] {
         let out = chart_support::helm_output(3, &["template", "--set", bad]);
         assert!(!out.status.success(), "{bad} is refused by the schema");
     }

@@ -416,6 +416,7 @@ fn starved_advice(rejected: u64) -> crate::usage::Advice {
     Advice {
         bulkhead: "pools".into(),
         window_seconds: 604_800,
+        step_seconds: 605,
         replicas_seen: 2,
         capacity: 100,
         shared_surplus: 30,

@@ -35,6 +35,7 @@ fn advice(findings: Vec<Finding>) -> Advice {
     Advice {
         bulkhead: "pools".into(),
         window_seconds: 7 * 86_400,
+        step_seconds: 605,
         replicas_seen: 3,
         capacity: 100,
         shared_surplus: 30,
