@@ -274,7 +274,7 @@ async fn health_and_metrics_can_listen_apart() {
     assert_eq!(get(&admin("/metrics")).await.map(|(s, _)| s), Some(404), "metrics published on the health port");
     let (status, body) = get(&format!("http://{metrics}/metrics")).await.expect("metrics answer");
     assert_eq!(status, 200);
-    assert!(body.contains("bulkhead_proxy_config_generation 1"), "{body}");
+    assert!(body.contains(r#"bulkhead_proxy_config_generation{bulkhead="shop"} 1"#), "{body}");
     assert_eq!(get(&format!("http://{metrics}/healthz")).await.map(|(s, _)| s), Some(404));
 }
 

@@ -74,6 +74,21 @@ impl ConfigDir {
     }
 }
 
+/// An exposition line without the `bulkhead="…"` label every proxy series
+/// carries, so that a test names a series by the labels it is about.
+pub fn unlabelled(line: &str) -> String {
+    const KEY: &str = "bulkhead=\"";
+    let Some(start) = line.find(KEY) else { return line.to_owned() };
+    let value = start + KEY.len();
+    let (mut a, mut b) = (start, line[value..].find('"').map_or(line.len(), |e| value + e + 1));
+    if line[b..].starts_with(',') {
+        b += 1;
+    } else if line[..a].ends_with(',') {
+        a -= 1;
+    }
+    format!("{}{}", &line[..a], &line[b..]).replacen("{}", "", 1)
+}
+
 pub fn free_port() -> SocketAddr {
     let l = StdListener::bind("127.0.0.1:0").expect("bind");
     l.local_addr().expect("addr")
@@ -220,7 +235,13 @@ impl Proxy {
         format!("http://{}{path}", self.listen)
     }
 
+    /// The exposition, each line `unlabelled`.
     pub async fn metrics(&self) -> String {
+        let text = self.raw_metrics().await;
+        text.lines().map(|l| unlabelled(l) + "\n").collect()
+    }
+
+    pub async fn raw_metrics(&self) -> String {
         get(&format!("http://{}/metrics", self.admin)).await.map(|(_, b)| b).unwrap_or_default()
     }
 

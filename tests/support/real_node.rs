@@ -82,9 +82,25 @@ pub fn http_get(addr: SocketAddr, path: &str, timeout: Duration) -> (u16, Durati
 }
 
 /// The value of one sample in a Prometheus text exposition, by its exact
-/// name and label set as printed (e.g. `bulkhead_proxy_class_in_flight{class="a"}`).
+/// name and label set as printed (e.g. `bulkhead_proxy_class_in_flight{class="a"}`),
+/// leaving out the `bulkhead` label every proxy series carries.
 pub fn sample(exposition: &str, series: &str) -> Option<f64> {
-    exposition.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+    exposition.lines().find_map(|l| unlabelled(l).strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// An exposition line without the `bulkhead="…"` label every proxy series
+/// carries, so that a test names a series by the labels it is about.
+pub fn unlabelled(line: &str) -> String {
+    const KEY: &str = "bulkhead=\"";
+    let Some(start) = line.find(KEY) else { return line.to_owned() };
+    let value = start + KEY.len();
+    let (mut a, mut b) = (start, line[value..].find('"').map_or(line.len(), |e| value + e + 1));
+    if line[b..].starts_with(',') {
+        b += 1;
+    } else if line[..a].ends_with(',') {
+        a -= 1;
+    }
+    format!("{}{}", &line[..a], &line[b..]).replacen("{}", "", 1)
 }
 
 /// A container as the runtime on a real node knows it.
