@@ -93,10 +93,12 @@ enum Command {
         #[command(flatten)]
         config: ConfigArgs,
     },
-    /// Compare each class's use with its reservation, from the proxies' telemetry in Prometheus,
-    /// and print the fundable resize that fits it; exit 0 no findings, 1 findings, 3 bad input,
-    /// 4 no telemetry (Prometheus unreachable, or no series of the Bulkhead in the window).
+    /// Each class's use against its reservation, from Prometheus; exit 0 no findings, 1 findings, 3 bad input, 4 no telemetry.
     ///
+    /// Reads the proxies' series of the Bulkhead in FILE over the window and prints, per class,
+    /// the peak and p95 in flight, rejections, time at the ceiling and a fundable resize, and the
+    /// findings (StarvedAtCeiling, ReservationIdle, UtilisationCollapse, SurplusExhausted,
+    /// IsolationLeak). Exit 4: Prometheus unreachable, or no series of the Bulkhead in the window.
     /// Nothing is applied: the text output ends with the `kubectl patch` that would.
     Advise {
         /// YAML or JSON files, directories or - for stdin, holding the Bulkhead to advise on.

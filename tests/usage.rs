@@ -10,7 +10,11 @@ use bulkhead::{
     plan::{plan_capacity, Funding, Replicas},
     usage::{analyse, apply_advice, ClassSeries, FindingKind, Telemetry, Thresholds},
 };
+use promql_parser::util::walk_expr;
 use proptest::prelude::*;
+
+#[path = "support/chart.rs"]
+mod chart_support;
 
 fn bulkhead(spec: serde_json::Value) -> Bulkhead {
     serde_json::from_value(serde_json::json!({
@@ -128,6 +132,42 @@ fn a_fleet_pool_is_advised_in_spec_units_through_the_planners_division() {
     let (plan, errors) = plan_capacity(&patched, Some(Replicas { current: 4, max: None }));
     assert!(errors.is_empty() && plan.funding.is_funded(), "{errors:?} {:?}", plan.funding);
     assert_eq!(plan.classes[0].reserved_per_replica, 3);
+}
+
+#[test]
+fn every_query_parses_and_selects_only_series_the_proxy_exports_with_their_labels() {
+    let exported = chart_support::exported_by_proxy();
+    let q = bulkhead::prometheus::Queries::new("shop");
+    let queries = [
+        q.replicas(604_800),
+        q.divided_by(604_800),
+        q.peak(604_800),
+        q.p95(604_800),
+        q.borrowed_peak(604_800),
+        q.rejected_by_reason(604_800),
+        q.at_ceiling(605),
+        q.latency(605),
+        q.occupancy(605),
+        q.rejections(605),
+        q.surplus_exhausted(605),
+    ];
+    for query in queries {
+        let parsed = promql_parser::parser::parse(&query).unwrap_or_else(|e| panic!("{query}: {e}"));
+        let mut selectors = chart_support::Selectors::default();
+        walk_expr(&mut selectors, &parsed).expect("walk");
+        assert!(!selectors.0.is_empty(), "{query}");
+        for vs in &selectors.0 {
+            let name = vs.name.as_deref().expect("a metric name");
+            let labels = exported.get(name).unwrap_or_else(|| panic!("{query}: the proxy exports no {name}"));
+            for m in &vs.matchers.matchers {
+                assert!(labels.contains(&m.name), "{query}: {name} has no label {}", m.name);
+            }
+            assert!(
+                vs.matchers.matchers.iter().any(|m| m.name == "bulkhead"),
+                "{query}: {name} not selected by bulkhead"
+            );
+        }
+    }
 }
 
 fn arbitrary() -> impl Strategy<Value = (Bulkhead, Telemetry)> {

@@ -15,7 +15,10 @@ use std::{
     collections::HashMap,
     convert::Infallible,
     net::SocketAddr,
-    sync::{Arc, Mutex},
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc, Mutex,
+    },
     time::{Duration, Instant},
 };
 
@@ -47,15 +50,21 @@ enum Workers {
 
 /// An upstream whose every request takes `service` on one of its workers,
 /// queueing (FIFO) when they are all busy: a thread pool behind the proxy.
-async fn slow_upstream(workers: Workers, service: Duration) -> SocketAddr {
+/// `coupling`: an injected leak, added to every request of another class
+/// while a request of class `hot` is being served.
+async fn slow_upstream(workers: Workers, service: Duration, coupling: Option<Duration>) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind upstream");
     let addr = listener.local_addr().expect("addr");
     let pools: Arc<Mutex<HashMap<String, Arc<Semaphore>>>> = Arc::default();
+    let hot_serving = Arc::new(AtomicUsize::new(0));
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
             let pools = Arc::clone(&pools);
+            let hot_serving = Arc::clone(&hot_serving);
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                    let hot = req.headers().get("x-class").is_some_and(|v| v == "hot");
+                    let hot_serving = Arc::clone(&hot_serving);
                     let (key, n) = match workers {
                         Workers::Shared(n) => (String::new(), n),
                         Workers::PerClass(n) => {
@@ -72,7 +81,14 @@ async fn slow_upstream(workers: Workers, service: Duration) -> SocketAddr {
                     );
                     async move {
                         let _worker = pool.acquire_owned().await.expect("open semaphore");
-                        tokio::time::sleep(service).await;
+                        if hot {
+                            hot_serving.fetch_add(1, Ordering::SeqCst);
+                            tokio::time::sleep(service).await;
+                            hot_serving.fetch_sub(1, Ordering::SeqCst);
+                        } else {
+                            let leak = coupling.filter(|_| hot_serving.load(Ordering::SeqCst) > 0);
+                            tokio::time::sleep(service + leak.unwrap_or_default()).await;
+                        }
                         Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))))
                     }
                 });
@@ -186,7 +202,7 @@ async fn an_uneven_load_raises_the_starved_class_and_lowers_the_idle_one_within_
             {"name": "ops", "reserved": 1, "critical": true},
         ]),
     );
-    let upstream = slow_upstream(Workers::PerClass(16), Duration::from_millis(50)).await;
+    let upstream = slow_upstream(Workers::PerClass(16), Duration::from_millis(50), None).await;
     let (proxy, _config, metrics) = proxy_for(&b, upstream).await;
     let prom = Prometheus::start(&[metrics]).await;
     scraped(&prom, "uneven").await;
@@ -248,14 +264,14 @@ async fn an_uneven_load_raises_the_starved_class_and_lowers_the_idle_one_within_
 
 /// Two classes through one proxy: `other` steadily, `hot` flooding past its
 /// ceiling for the second half. Returns the advice over both halves.
-async fn saturate_one_class(name: &str, workers: Workers) -> Advice {
+async fn saturate_one_class(name: &str, workers: Workers, coupling: Option<Duration>) -> Advice {
     // Capacity 10: hot 2 (ceiling 6), other 2 (ceiling 4), surplus 6.
     let b = bulkhead(
         name,
         10,
         serde_json::json!([{"name": "hot", "reserved": 2, "ceiling": 6}, {"name": "other", "reserved": 2, "ceiling": 4}]),
     );
-    let upstream = slow_upstream(workers, Duration::from_millis(20)).await;
+    let upstream = slow_upstream(workers, Duration::from_millis(20), coupling).await;
     let (proxy, _config, metrics) = proxy_for(&b, upstream).await;
     let prom = Prometheus::start(&[metrics]).await;
     scraped(&prom, name).await;
@@ -278,7 +294,7 @@ async fn saturate_one_class(name: &str, workers: Workers) -> Advice {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_pool_shared_below_the_proxy_is_an_isolation_leak() {
-    let advice = saturate_one_class("leak", Workers::Shared(2)).await;
+    let advice = saturate_one_class("leak", Workers::Shared(2), None).await;
     let leaks: Vec<_> = advice.findings.iter().filter(|f| f.kind == FindingKind::IsolationLeak).collect();
     assert_eq!(leaks.len(), 1, "{:?}", advice.findings);
     assert_eq!(leaks[0].classes, ["hot", "other"], "the saturated class first, then the affected one");
@@ -287,6 +303,40 @@ async fn a_worker_pool_shared_below_the_proxy_is_an_isolation_leak() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn separate_worker_pools_are_no_leak() {
-    let advice = saturate_one_class("noleak", Workers::PerClass(2)).await;
+    let advice = saturate_one_class("noleak", Workers::PerClass(2), None).await;
     assert!(advice.findings.iter().all(|f| f.kind != FindingKind::IsolationLeak), "{:?}", advice.findings);
+}
+
+/// The note's sensitivity figure, not a CI test (about 40 s a run):
+/// `cargo test --test usage_e2e -- --ignored --nocapture leak_sensitivity`.
+/// Separate worker pools with a leak injected: while `hot` is being served,
+/// every `other` request takes DELTA ms more (its baseline is ~20 ms); then
+/// runs with nothing injected, for false positives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: minutes of load"]
+async fn leak_sensitivity() {
+    let deltas: Vec<u64> = std::env::var("LEAK_DELTAS_MS")
+        .unwrap_or_else(|_| "4,8,12,16,24".into())
+        .split(',')
+        .map(|d| d.trim().parse().expect("milliseconds"))
+        .collect();
+    let clean_runs: usize = std::env::var("LEAK_CLEAN_RUNS").ok().and_then(|n| n.parse().ok()).unwrap_or(3);
+    let mut lines = Vec::new();
+    for delta in deltas {
+        let advice =
+            saturate_one_class(&format!("coupled{delta}"), Workers::PerClass(2), Some(Duration::from_millis(delta)))
+                .await;
+        let leak = advice.findings.iter().find(|f| f.kind == FindingKind::IsolationLeak);
+        lines
+            .push(format!("injected +{delta} ms: {}", leak.map_or("no leak found".to_string(), |f| f.message.clone())));
+    }
+    let mut false_positives = 0;
+    for run in 0..clean_runs {
+        let advice = saturate_one_class(&format!("clean{run}"), Workers::PerClass(2), None).await;
+        false_positives += advice.findings.iter().filter(|f| f.kind == FindingKind::IsolationLeak).count();
+    }
+    lines.push(format!("nothing injected: {false_positives} IsolationLeak finding(s) in {clean_runs} runs"));
+    for l in lines {
+        println!("sensitivity: {l}");
+    }
 }

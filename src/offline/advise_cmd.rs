@@ -56,7 +56,7 @@ pub fn advise_exit(advice: &Advice) -> u8 {
 /// A span of seconds as a person writes it (7d, 6h, 90s).
 pub fn human_seconds(s: u64) -> String {
     for (unit, len) in [("w", 604_800), ("d", 86_400), ("h", 3600), ("m", 60)] {
-        if s >= len && s % len == 0 {
+        if s >= len && s.is_multiple_of(len) {
             return format!("{}{unit}", s / len);
         }
     }
