@@ -91,17 +91,18 @@ pub async fn run(client: Client, options: RunOptions) -> Result<(), Error> {
     let snapshot = observe::start(&client);
     let mut metrics = Metrics::default();
     metrics.register_watch_failures(snapshot.watch_failures.clone());
+    let metrics = Arc::new(metrics);
     let reporter = Reporter { controller: "bulkhead".into(), instance: options.instance.clone() };
     let ctx = Arc::new(Context {
         client: client.clone(),
         events: recorder::EventRecorder::new(client.clone(), reporter),
-        metrics: Arc::new(metrics),
+        metrics: metrics.clone(),
         snapshot: snapshot.clone(),
         backoff: backoff::Backoff::default(),
         config: options.config.clone(),
         refusals: refusals::RefusalMemory::default(),
         audits: Arc::default(),
-        usage: Arc::new(usage::Usage::new(options.usage.clone())),
+        usage: Arc::new(usage::Usage::new(options.usage.clone(), metrics.clone())),
     });
 
     let listener = tokio::net::TcpListener::bind(options.metrics_addr)

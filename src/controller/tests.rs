@@ -64,7 +64,11 @@ async fn run_counted(
     answer: impl Fn(&Seen) -> (u16, Value),
     metrics: Arc<Metrics>,
 ) -> (Result<Action, Error>, Vec<Seen>) {
-    let kept = Kept { usage: Arc::new(Usage::new(UsageOptions::disabled())), audits: Arc::default() };
+    let kept = Kept {
+        usage: Arc::new(Usage::new(UsageOptions::disabled(), Arc::default())),
+        audits: Arc::default(),
+        metrics: Arc::default(),
+    };
     run_with(obj, snapshot, answer, metrics, &kept).await
 }
 
@@ -72,6 +76,8 @@ async fn run_counted(
 struct Kept {
     usage: Arc<Usage>,
     audits: Arc<super::audits::AuditCache>,
+    /// Where the usage analyses are counted.
+    metrics: Arc<Metrics>,
 }
 
 /// `run`, counting into `metrics`, with the usage analyses in `usage`.
@@ -247,7 +253,7 @@ async fn an_unchanged_cluster_gets_no_request_at_all() {
     snapshot.apply(&config_map);
     let applied =
         ApplyOutcome::Applied { config_maps: 1, quotas: 0, conflicts: vec![], rejected: vec![], proxy_refused: vec![] };
-    let no_prometheus = Usage::new(UsageOptions::disabled()).sizing("pools");
+    let no_prometheus = Usage::new(UsageOptions::disabled(), Arc::default()).sizing("pools");
     bh.status = Some(evaluate(&bh, &snapshot, &Config::default()).status_sized(&bh, &applied, &no_prometheus, &now()));
     let (result, seen) = run(DeserializeGuard(Ok(bh)), snapshot, echo).await;
     assert!(result.is_ok(), "{result:?}");
@@ -435,12 +441,12 @@ fn analysed_by(
     period: Duration,
     analyst: impl Fn() -> futures::future::BoxFuture<'static, crate::status::Sizing> + Send + Sync + 'static,
 ) -> Kept {
-    let usage = Arc::new(Usage::new(UsageOptions {
-        analyst: Some(Arc::new(move |_, _| analyst())),
-        period,
-        window: Duration::from_secs(604_800),
-    }));
-    Kept { usage, audits: Arc::default() }
+    let metrics = Arc::new(Metrics::default());
+    let usage = Arc::new(Usage::new(
+        UsageOptions { analyst: Some(Arc::new(move |_, _| analyst())), period, window: Duration::from_secs(604_800) },
+        metrics.clone(),
+    ));
+    Kept { usage, audits: Arc::default(), metrics }
 }
 
 /// The cluster as the last reconcile left it, the status as `write` sent it.
@@ -544,6 +550,9 @@ async fn an_analysis_runs_off_the_reconcile_and_its_result_is_reported_next() {
     let sized = condition(&seen[0].body["status"], "Sized");
     assert_eq!((sized["status"].as_str(), sized["reason"].as_str()), (Some("Unknown"), Some("NoTelemetry")));
     assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1, "one analysis per period");
+    let text = kept.metrics.encode();
+    let counted = r#"bulkhead_usage_analyses_total{result="no_telemetry"} 1"#;
+    assert!(text.lines().any(|l| l == counted), "{counted} missing in:\n{text}");
 }
 
 #[tokio::test]

@@ -15,6 +15,7 @@ use futures::{future::BoxFuture, Stream};
 use tokio::{sync::Notify, time::Instant};
 use tracing::{debug, warn};
 
+use super::Metrics;
 use crate::{
     crd::Bulkhead,
     error_chain::Chain,
@@ -91,6 +92,7 @@ pub struct Usage {
     /// forgotten Bulkhead's (or an earlier one of a same-named one).
     next_token: Mutex<u64>,
     finished: Arc<Notify>,
+    metrics: Arc<Metrics>,
 }
 
 struct Entry {
@@ -102,8 +104,9 @@ struct Entry {
 }
 
 impl Usage {
-    pub fn new(options: UsageOptions) -> Self {
+    pub fn new(options: UsageOptions, metrics: Arc<Metrics>) -> Self {
         Self {
+            metrics,
             options,
             no_prometheus: Arc::new(Sizing::NoTelemetry(
                 "the operator runs without --prometheus-url: the proxies' use is not analysed".to_string(),
@@ -151,15 +154,26 @@ impl Usage {
         let window = self.options.window;
         let timeout = period.min(MAX_TIMEOUT);
         tokio::spawn(async move {
+            let started = Instant::now();
             let sizing = match tokio::time::timeout(timeout, analyst(bulkhead, window)).await {
                 Ok(sizing) => sizing,
                 Err(_) => Sizing::Failed(format!("the analysis took longer than {timeout:?} and was dropped")),
             };
-            if let Sizing::Failed(why) = &sizing {
-                warn!(bulkhead = %name, %why, "usage analysis failed");
-            } else {
-                debug!(bulkhead = %name, "usage analysed");
-            }
+            let result = match &sizing {
+                Sizing::Failed(why) => {
+                    warn!(bulkhead = %name, %why, "usage analysis failed");
+                    "failed"
+                }
+                Sizing::NoTelemetry(why) => {
+                    debug!(bulkhead = %name, %why, "no telemetry");
+                    "no_telemetry"
+                }
+                _ => {
+                    debug!(bulkhead = %name, took = ?started.elapsed(), "usage analysed");
+                    "advised"
+                }
+            };
+            usage.metrics.record_analysis(result, started.elapsed());
             usage.finish(&name, token, sizing);
         });
         Some(period)
