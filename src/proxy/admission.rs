@@ -348,10 +348,10 @@ impl Pool {
 
     /// A snapshot for a scrape: the high-water marks then start again from
     /// what is in flight now, so each scrape sees the peak since the one
-    /// before. With several scrapers each sees the peak since the last
-    /// scrape by any of them: the most recent peak reaches one scraper only,
-    /// so point exactly one Prometheus (or one HA pair, whose peaks are the
-    /// max of both) at the sidecars for the usage advice.
+    /// before. With several scrapers each sees only the peak since the last
+    /// scrape by any of them, so each misses the peaks the others took and
+    /// reads them low: for the usage advice, let one Prometheus scrape the
+    /// sidecars.
     pub fn scrape(&self) -> PoolSnapshot {
         let mut s = self.lock();
         let snapshot = Self::copy(&s);
