@@ -47,6 +47,8 @@ enum Command {
         #[arg(long, value_name = "DURATION", default_value = "4s", value_parser = bulkhead::proxy::options::parse_duration)]
         shutdown_grace: std::time::Duration,
         #[command(flatten)]
+        usage: UsageArgs,
+        #[command(flatten)]
         config: ConfigArgs,
     },
     /// Enforce a pool config: a reverse proxy that admits each request to its class's pool or rejects it at once.
@@ -147,6 +149,21 @@ enum Command {
     },
 }
 
+/// Where the proxies' telemetry is and how often to read it (the `Sized` condition).
+#[derive(clap::Args, Clone)]
+struct UsageArgs {
+    /// Prometheus that scrapes the proxies (http://host:9090); each Bulkhead's use is then
+    /// analysed every --usage-period. Without it, Sized is Unknown (NoTelemetry).
+    #[arg(long, value_name = "URL")]
+    prometheus_url: Option<String>,
+    /// How often each Bulkhead's use is analysed (at most one status write each).
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_window)]
+    usage_period: std::time::Duration,
+    /// How much history one analysis reads.
+    #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = parse_window)]
+    usage_window: std::time::Duration,
+}
+
 #[derive(Clone, Copy, clap::ValueEnum)]
 enum ShardOutput {
     Table,
@@ -195,12 +212,13 @@ fn main() -> ExitCode {
             lease_namespace,
             lease_name,
             shutdown_grace,
+            usage,
             config,
         } => {
             init_tracing(log_format);
             let lease =
                 leader_elect.then_some(bulkhead::controller::LeaseRef { namespace: lease_namespace, name: lease_name });
-            match run(metrics_addr, lease, shutdown_grace, config.into()) {
+            match run(metrics_addr, lease, shutdown_grace, usage, config.into()) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!(error = %Chain(&*e), "controller stopped");
@@ -275,10 +293,12 @@ fn run(
     metrics_addr: SocketAddr,
     leader_election: Option<bulkhead::controller::LeaseRef>,
     shutdown_grace: std::time::Duration,
+    usage: UsageArgs,
     config: Config,
 ) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let result = runtime.block_on(async {
+        let usage = usage_options(usage)?;
         let client =
             kube::Client::try_default().await.context("no Kubernetes credentials (KUBECONFIG or in-cluster)")?;
         let options = bulkhead::controller::RunOptions {
@@ -287,6 +307,7 @@ fn run(
             leader_election,
             config,
             shutdown_grace,
+            usage,
         };
         bulkhead::controller::run(client, options).await?;
         anyhow::Ok(())
@@ -295,6 +316,14 @@ fn run(
     // the process alive past the grace period.
     runtime.shutdown_timeout(std::time::Duration::from_millis(200));
     result
+}
+
+/// The analysis the controller runs (`prometheus::advise`), or none.
+fn usage_options(args: UsageArgs) -> anyhow::Result<bulkhead::controller::UsageOptions> {
+    let Some(url) = args.prometheus_url else {
+        return Ok(bulkhead::controller::UsageOptions::disabled());
+    };
+    Ok(bulkhead::controller::UsageOptions::prometheus(&url, args.usage_period, args.usage_window)?)
 }
 
 fn proxy(args: bulkhead::proxy::ProxyArgs) -> anyhow::Result<()> {

@@ -25,7 +25,7 @@ use std::{
 use bulkhead::{
     crd::Bulkhead,
     plan::plan_capacity,
-    prometheus::{advise_with, AdviseOptions},
+    prometheus::{advise_with, AdviseOptions, PrometheusError},
     usage::{apply_advice, Advice, FindingKind},
 };
 use bytes::Bytes;
@@ -260,6 +260,14 @@ async fn an_uneven_load_raises_the_starved_class_and_lowers_the_idle_one_within_
     assert_eq!(json.status.code(), Some(1));
     let parsed: Advice = serde_json::from_slice(&json.stdout).expect("-o json is an Advice");
     assert_eq!(parsed.classes.len(), 3);
+
+    // A Bulkhead no proxy reports: no telemetry (the Sized condition's Unknown), never a guess.
+    let absent = bulkhead("absent", 10, serde_json::json!([{"name": "hot", "reserved": 2}]));
+    let options = AdviseOptions { step: Some(STEP), ..AdviseOptions::default() };
+    match advise_with(&prom.client(), &absent, Duration::from_secs(20), &options).await {
+        Err(e @ PrometheusError::NoSeries { .. }) => assert!(e.is_no_telemetry(), "{e}"),
+        other => panic!("expected NoSeries, got {other:?}"),
+    }
 }
 
 /// Two classes through one proxy: `other` steadily, `hot` flooding past its

@@ -1,6 +1,6 @@
 //! Prometheus metrics: reconcile counts, errors by kind, durations, the
 //! planned numbers per class, and each Bulkhead's conditions (what the chart's
-//! PrometheusRule alerts on), plus the conventions of every operator:
+//! PrometheusRule alerts on), the usage analyses, plus the conventions of every operator:
 //! reconciles by result, build_info, a leader gauge and process_*.
 
 use std::time::Duration;
@@ -96,6 +96,10 @@ pub struct Metrics {
     pub ceiling: Family<ClassLabels, Gauge>,
     pub layers: Family<LayerLabels, Gauge>,
     pub conditions: Family<ConditionLabels, Gauge>,
+    /// Usage analyses finished, by what they found (`advised`, `no_telemetry`, `failed`).
+    pub analyses: Family<ResultLabels, Counter>,
+    /// Time one usage analysis took (its Prometheus queries and the analysis).
+    pub analysis_duration: Histogram,
 }
 
 impl Default for Metrics {
@@ -111,6 +115,19 @@ impl Default for Metrics {
         let ceiling = Family::<ClassLabels, Gauge>::default();
         let layers = Family::<LayerLabels, Gauge>::default();
         let conditions = Family::<ConditionLabels, Gauge>::default();
+        let analyses = Family::<ResultLabels, Counter>::default();
+        let analysis_duration = Histogram::new([0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 120.0]);
+        registry.register(
+            "usage_analyses",
+            "Usage analyses finished (--prometheus-url), by result (advised, no_telemetry, failed)",
+            analyses.clone(),
+        );
+        registry.register_with_unit(
+            "usage_analysis_duration",
+            "Time one usage analysis took: its Prometheus queries and the analysis",
+            prometheus_client::registry::Unit::Seconds,
+            analysis_duration.clone(),
+        );
         registry.register(
             "evaluations_reused",
             "Reconciles that reused the Bulkhead's last evaluation: nothing it reads had changed",
@@ -160,6 +177,8 @@ impl Default for Metrics {
             ceiling,
             layers,
             conditions,
+            analyses,
+            analysis_duration,
         }
     }
 }
@@ -198,6 +217,12 @@ impl Metrics {
 
     pub fn observe_duration(&self, took: Duration) {
         self.duration.observe(took.as_secs_f64());
+    }
+
+    /// One usage analysis finished with `result`, after `took`.
+    pub fn record_analysis(&self, result: &'static str, took: Duration) {
+        self.analyses.get_or_create(&ResultLabels { result }).inc();
+        self.analysis_duration.observe(took.as_secs_f64());
     }
 
     pub fn record_plan(&self, bulkhead: &str, plan: &CapacityPlan) {

@@ -20,6 +20,7 @@ mod refusals;
 #[cfg(test)]
 mod tests;
 mod untyped;
+mod usage;
 mod watch_backoff;
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
@@ -41,6 +42,7 @@ pub use error::Error;
 pub use metrics::{ErrorLabels, Metrics};
 pub use observe::SharedSnapshot;
 pub use recorder::EVENTS_NAMESPACE;
+pub use usage::{Analyst, UsageOptions, DEFAULT_PERIOD, DEFAULT_WINDOW};
 
 use crate::crd::Bulkhead;
 
@@ -54,7 +56,9 @@ pub struct Context {
     pub config: crate::status::Config,
     pub refusals: refusals::RefusalMemory,
     /// Each Bulkhead's audit counts, kept between reconciles.
-    pub audits: audits::AuditCache,
+    pub audits: Arc<audits::AuditCache>,
+    /// Each Bulkhead's latest analysis of its proxies' telemetry.
+    pub usage: Arc<usage::Usage>,
 }
 
 #[derive(Clone, Debug)]
@@ -69,6 +73,8 @@ pub struct RunOptions {
     /// After SIGTERM or SIGINT: how long in-flight reconciles, the Lease's
     /// release and the HTTP server may take before the process stops anyway.
     pub shutdown_grace: Duration,
+    /// Whether and how each Bulkhead's use is analysed (`Sized`).
+    pub usage: UsageOptions,
 }
 
 pub use leader::LeaseRef;
@@ -85,16 +91,18 @@ pub async fn run(client: Client, options: RunOptions) -> Result<(), Error> {
     let snapshot = observe::start(&client);
     let mut metrics = Metrics::default();
     metrics.register_watch_failures(snapshot.watch_failures.clone());
+    let metrics = Arc::new(metrics);
     let reporter = Reporter { controller: "bulkhead".into(), instance: options.instance.clone() };
     let ctx = Arc::new(Context {
         client: client.clone(),
         events: recorder::EventRecorder::new(client.clone(), reporter),
-        metrics: Arc::new(metrics),
+        metrics: metrics.clone(),
         snapshot: snapshot.clone(),
         backoff: backoff::Backoff::default(),
         config: options.config.clone(),
         refusals: refusals::RefusalMemory::default(),
-        audits: audits::AuditCache::default(),
+        audits: Arc::default(),
+        usage: Arc::new(usage::Usage::new(options.usage.clone(), metrics.clone())),
     });
 
     let listener = tokio::net::TcpListener::bind(options.metrics_addr)
@@ -142,7 +150,11 @@ pub async fn run(client: Client, options: RunOptions) -> Result<(), Error> {
     // Every change of the snapshot reconciles every Bulkhead; one whose
     // inputs did not change reuses its last evaluation (`status::evaluate_kept`),
     // and the writes happen only on differences.
-    let changes = snapshot.changes(Duration::from_millis(100));
+    // A finished analysis with a new result wakes them too (the others reuse everything).
+    let changes = futures::stream::select(
+        snapshot.changes(Duration::from_millis(100)),
+        ctx.usage.finished(Duration::from_millis(100)),
+    );
     // A reconcile that flips a condition waits on the API server for its
     // status write and Events; with four slots, ten Bulkheads probed under
     // churn kept all four busy (the scale run's summed reconcile time was

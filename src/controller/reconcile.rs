@@ -57,6 +57,7 @@ async fn reconcile_bulkhead(bulkhead: &Bulkhead, ctx: &Context) -> Result<Action
     if bulkhead.metadata.deletion_timestamp.is_some() {
         ctx.metrics.forget(&name, bulkhead.spec.classes.iter().map(|c| c.name.clone()));
         ctx.audits.forget(&name);
+        ctx.usage.forget(&name);
         return clean_up(&bulkhead.metadata, ctx).await;
     }
     if !ctx.snapshot.is_ready() {
@@ -91,6 +92,10 @@ async fn reconcile_bulkhead(bulkhead: &Bulkhead, ctx: &Context) -> Result<Action
         }
     }
 
+    // The analysis runs on its own; this reconcile reports the latest result
+    // and comes back when the next is due.
+    let sizing = ctx.usage.sizing(&name);
+    let next_analysis = ctx.usage.schedule(&name, bulkhead);
     let (outcome, apply_error) = match execute(ctx, bulkhead, &name, &evaluation).await {
         Executed::Done(outcome) => (outcome, None),
         Executed::Failed(e) => (ApplyOutcome::Failed(crate::error_chain::Chain(&e).to_string()), Some(e)),
@@ -101,17 +106,17 @@ async fn reconcile_bulkhead(bulkhead: &Bulkhead, ctx: &Context) -> Result<Action
     // Most reconciles under churn change nothing of this Bulkhead: skip
     // building a status already known to be in place.
     let in_place = reused == Reused::Evaluation
-        && ctx.audits.with(&name, |k| k.reported_already(bulkhead, &outcome)) == Some(true);
+        && ctx.audits.with(&name, |k| k.reported_already(bulkhead, &outcome, &sizing)) == Some(true);
     if !in_place {
-        let status = evaluation.status(bulkhead, &outcome, &now());
+        let status = evaluation.status_sized(bulkhead, &outcome, &sizing, &now());
         ctx.metrics.record_conditions(&name, &status.conditions);
         if report(ctx, bulkhead, &status).await? == Reported::AlreadyInPlace {
-            ctx.audits.with(&name, |k| k.note_reported(bulkhead, &outcome));
+            ctx.audits.with(&name, |k| k.note_reported(bulkhead, &outcome, &sizing));
         }
     }
     match apply_error {
         Some(e) => Err(e),
-        None => Ok(Action::requeue(RESYNC)),
+        None => Ok(Action::requeue(next_analysis.map_or(RESYNC, |next| next.min(RESYNC)))),
     }
 }
 

@@ -17,7 +17,12 @@ use serde_json::{json, Value};
 use tower_test::mock;
 
 use super::{
-    backoff::Backoff, observe::SharedSnapshot, reconcile::reconcile, recorder::EventRecorder, refusals::RefusalMemory,
+    backoff::Backoff,
+    observe::SharedSnapshot,
+    reconcile::reconcile,
+    recorder::EventRecorder,
+    refusals::RefusalMemory,
+    usage::{Usage, UsageOptions},
     Context, Error, Metrics,
 };
 use crate::{
@@ -59,6 +64,30 @@ async fn run_counted(
     answer: impl Fn(&Seen) -> (u16, Value),
     metrics: Arc<Metrics>,
 ) -> (Result<Action, Error>, Vec<Seen>) {
+    let kept = Kept {
+        usage: Arc::new(Usage::new(UsageOptions::disabled(), Arc::default())),
+        audits: Arc::default(),
+        metrics: Arc::default(),
+    };
+    run_with(obj, snapshot, answer, metrics, &kept).await
+}
+
+/// What the operator keeps between reconciles of one test.
+struct Kept {
+    usage: Arc<Usage>,
+    audits: Arc<super::audits::AuditCache>,
+    /// Where the usage analyses are counted.
+    metrics: Arc<Metrics>,
+}
+
+/// `run`, counting into `metrics`, with the usage analyses in `usage`.
+async fn run_with(
+    obj: DeserializeGuard<Bulkhead>,
+    snapshot: Snapshot,
+    answer: impl Fn(&Seen) -> (u16, Value),
+    metrics: Arc<Metrics>,
+    kept: &Kept,
+) -> (Result<Action, Error>, Vec<Seen>) {
     // A status write answers with the whole object, as the API server does.
     let object = obj.0.as_ref().ok().map(|b| serde_json::to_value(b).expect("a Bulkhead serialises"));
     let (service, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
@@ -71,7 +100,8 @@ async fn run_counted(
         backoff: Backoff::default(),
         config: Config::default(),
         refusals: RefusalMemory::default(),
-        audits: Default::default(),
+        audits: kept.audits.clone(),
+        usage: kept.usage.clone(),
     });
     // The reconcile owns the only clients: when it ends, the mock sees no more requests.
     let task = tokio::spawn(async move { reconcile(Arc::new(obj), ctx).await });
@@ -223,7 +253,8 @@ async fn an_unchanged_cluster_gets_no_request_at_all() {
     snapshot.apply(&config_map);
     let applied =
         ApplyOutcome::Applied { config_maps: 1, quotas: 0, conflicts: vec![], rejected: vec![], proxy_refused: vec![] };
-    bh.status = Some(evaluate(&bh, &snapshot, &Config::default()).status(&bh, &applied, &now()));
+    let no_prometheus = Usage::new(UsageOptions::disabled(), Arc::default()).sizing("pools");
+    bh.status = Some(evaluate(&bh, &snapshot, &Config::default()).status_sized(&bh, &applied, &no_prometheus, &now()));
     let (result, seen) = run(DeserializeGuard(Ok(bh)), snapshot, echo).await;
     assert!(result.is_ok(), "{result:?}");
     assert!(seen.is_empty(), "no request at rest: {:?}", seen.iter().map(Seen::line).collect::<Vec<_>>());
@@ -371,4 +402,204 @@ async fn an_undecodable_spec_is_reported_on_the_object_naming_the_field() {
     let ready = &seen[1].body["status"]["conditions"][0];
     assert_eq!((ready["type"].as_str(), ready["reason"].as_str()), (Some("Ready"), Some("InvalidSpec")));
     assert!(ready["message"].as_str().unwrap_or_default().starts_with("spec.classes[0].reserved:"), "{ready}");
+}
+
+/// An advice for `pooled()`: checkout starved at its ceiling, search idle.
+fn starved_advice(rejected: u64) -> crate::usage::Advice {
+    use crate::usage::{Advice, ClassUsage, Finding, FindingKind};
+    let class = |name: &str, reserved: u32, peak: u32, at_ceiling: f64, rejected: u64| ClassUsage {
+        name: name.into(),
+        reserved,
+        ceiling: reserved + 30,
+        peak_in_flight: peak,
+        p95_in_flight: peak,
+        rejected: if rejected > 0 { [("ceiling".to_string(), rejected)].into() } else { Default::default() },
+        time_at_ceiling: at_ceiling,
+        borrowed_peak: peak.saturating_sub(reserved),
+        recommended_reserved: reserved,
+        recommended_ceiling: reserved + 30,
+    };
+    Advice {
+        bulkhead: "pools".into(),
+        window_seconds: 604_800,
+        step_seconds: 605,
+        replicas_seen: 2,
+        capacity: 100,
+        shared_surplus: 30,
+        recommended_shared_surplus: 30,
+        classes: vec![class("checkout", 40, 70, 0.4, rejected), class("search", 30, 3, 0.0, 0)],
+        findings: vec![Finding {
+            kind: FindingKind::StarvedAtCeiling,
+            classes: vec!["checkout".into()],
+            message: format!("checkout was rejected at its ceiling 70 {rejected} times, 40.0% of 7d"),
+        }],
+    }
+}
+
+/// Usage analysed by `analyst` every `period`.
+fn analysed_by(
+    period: Duration,
+    analyst: impl Fn() -> futures::future::BoxFuture<'static, crate::status::Sizing> + Send + Sync + 'static,
+) -> Kept {
+    let metrics = Arc::new(Metrics::default());
+    let usage = Arc::new(Usage::new(
+        UsageOptions { analyst: Some(Arc::new(move |_, _| analyst())), period, window: Duration::from_secs(604_800) },
+        metrics.clone(),
+    ));
+    Kept { usage, audits: Arc::default(), metrics }
+}
+
+/// The cluster as the last reconcile left it, the status as `write` sent it.
+fn at_rest(mut bh: Bulkhead, write: &Seen) -> Bulkhead {
+    bh.status = Some(serde_json::from_value(write.body["status"].clone()).expect("a status"));
+    bh.metadata.resource_version = Some("8".into());
+    bh
+}
+
+fn condition<'a>(status: &'a Value, type_: &str) -> &'a Value {
+    status["conditions"].as_array().and_then(|c| c.iter().find(|c| c["type"] == type_)).expect("the condition")
+}
+
+/// The pool's ConfigMap in place, so that only the status can be written.
+fn shop_applied() -> Snapshot {
+    let mut snapshot = shop();
+    let config_map = evaluate(&pooled(), &snapshot, &Config::default()).plan.config_map.expect("a pool config");
+    snapshot.apply(&config_map);
+    snapshot
+}
+
+#[tokio::test]
+async fn without_prometheus_sized_is_unknown_no_telemetry() {
+    let (result, seen) = run(DeserializeGuard(Ok(pooled())), shop_applied(), echo).await;
+    assert_eq!(result.expect("reconcile"), Action::requeue(Duration::from_secs(300)));
+    let lines: Vec<String> = seen.iter().map(Seen::line).collect();
+    assert_eq!(lines, ["PATCH /apis/bulkhead.dev/v1alpha1/bulkheads/pools/status"]);
+    let status = &seen[0].body["status"];
+    for type_ in ["Sized", "IsolatedInUse"] {
+        let c = condition(status, type_);
+        assert_eq!((c["status"].as_str(), c["reason"].as_str()), (Some("Unknown"), Some("NoTelemetry")), "{c}");
+        assert!(c["message"].as_str().unwrap_or_default().contains("--prometheus-url"), "{c}");
+    }
+    assert!(status["classes"].as_array().expect("classes").iter().all(|c| c.get("usage").is_none()), "{status}");
+}
+
+#[tokio::test]
+async fn a_starved_class_sets_sized_false_once_and_nothing_is_written_at_rest() {
+    // An analyst that must not run: the test sets the result itself.
+    let kept = analysed_by(Duration::from_secs(600), || panic!("no analysis is due"));
+    let usage = kept.usage.clone();
+    usage.set("pools", crate::status::Sizing::Advised(starved_advice(1200)));
+    let metrics = Arc::new(Metrics::default());
+    let run_once = |bh: Bulkhead| run_with(DeserializeGuard(Ok(bh)), shop_applied(), echo, metrics.clone(), &kept);
+
+    let (result, seen) = run_once(pooled()).await;
+    // Not due for another period: back at the resync.
+    assert_eq!(result.expect("reconcile"), Action::requeue(Duration::from_secs(300)));
+    let lines: Vec<String> = seen.iter().map(Seen::line).collect();
+    assert_eq!(lines, ["PATCH /apis/bulkhead.dev/v1alpha1/bulkheads/pools/status"]);
+    let status = &seen[0].body["status"];
+    let sized = condition(status, "Sized");
+    assert_eq!((sized["status"].as_str(), sized["reason"].as_str()), (Some("False"), Some("StarvedAtCeiling")));
+    assert!(sized["message"].as_str().unwrap_or_default().contains("1200 times"), "{sized}");
+    let checkout = &status["classes"][0];
+    assert_eq!(checkout["name"], "checkout");
+    assert_eq!(checkout["usage"]["rejectedAtCeiling"], json!(1200), "{checkout}");
+    assert_eq!(checkout["usage"]["timeAtCeilingPermille"], json!(400), "{checkout}");
+
+    // At rest: the same result, twice over (once as a new, equal analysis).
+    let bh = at_rest(pooled(), &seen[0]);
+    let (result, seen) = run_once(bh.clone()).await;
+    assert!(result.is_ok(), "{result:?}");
+    assert!(seen.is_empty(), "no write at rest: {:?}", seen.iter().map(Seen::line).collect::<Vec<_>>());
+    usage.set("pools", crate::status::Sizing::Advised(starved_advice(1200)));
+    let (_, seen) = run_once(bh.clone()).await;
+    assert!(seen.is_empty(), "an equal analysis writes nothing: {:?}", seen.iter().map(Seen::line).collect::<Vec<_>>());
+
+    // A new figure is one write; the condition keeps its transition time.
+    usage.set("pools", crate::status::Sizing::Advised(starved_advice(1500)));
+    let (_, seen) = run_once(bh.clone()).await;
+    let lines: Vec<String> = seen.iter().map(Seen::line).collect();
+    assert_eq!(lines, ["PATCH /apis/bulkhead.dev/v1alpha1/bulkheads/pools/status"]);
+    let before = condition(&seen[0].body["status"], "Sized")["lastTransitionTime"].clone();
+    let kept = bh.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == "Sized")).expect("Sized");
+    assert_eq!(before, json!(kept.last_transition_time), "no flip, no new transition time");
+    let text = metrics.encode();
+    let writes = r#"bulkhead_writes_total{kind="Bulkhead",verb="status"} 2"#;
+    assert!(text.lines().any(|l| l == writes), "{writes} missing in:\n{text}");
+}
+
+#[tokio::test]
+async fn an_analysis_runs_off_the_reconcile_and_its_result_is_reported_next() {
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = calls.clone();
+    let kept = analysed_by(Duration::from_secs(600), move || {
+        counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Box::pin(async { crate::status::Sizing::NoTelemetry("no proxy series of Bulkhead pools".into()) })
+    });
+    let metrics = Arc::new(Metrics::default());
+    let finished = kept.usage.finished(Duration::ZERO);
+    futures::pin_mut!(finished);
+    let (result, seen) = run_with(DeserializeGuard(Ok(pooled())), shop_applied(), echo, metrics.clone(), &kept).await;
+    assert_eq!(result.expect("reconcile"), Action::requeue(Duration::from_secs(300)));
+    // Before the first result, no Sized is guessed.
+    let status = &seen[0].body["status"];
+    assert!(status["conditions"].as_array().expect("conditions").iter().all(|c| c["type"] != "Sized"), "{status}");
+    tokio::time::timeout(Duration::from_secs(5), futures::StreamExt::next(&mut finished)).await.expect("finished");
+    let bh = at_rest(pooled(), &seen[0]);
+    let (_, seen) = run_with(DeserializeGuard(Ok(bh)), shop_applied(), echo, metrics, &kept).await;
+    let sized = condition(&seen[0].body["status"], "Sized");
+    assert_eq!((sized["status"].as_str(), sized["reason"].as_str()), (Some("Unknown"), Some("NoTelemetry")));
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1, "one analysis per period");
+    let text = kept.metrics.encode();
+    let counted = r#"bulkhead_usage_analyses_total{result="no_telemetry"} 1"#;
+    assert!(text.lines().any(|l| l == counted), "{counted} missing in:\n{text}");
+}
+
+#[tokio::test]
+async fn an_analysis_that_hangs_is_dropped_at_its_timeout() {
+    let kept = analysed_by(Duration::from_millis(300), || Box::pin(futures::future::pending()));
+    let usage = kept.usage.clone();
+    let finished = usage.finished(Duration::ZERO);
+    futures::pin_mut!(finished);
+    let (result, _) =
+        run_with(DeserializeGuard(Ok(pooled())), shop_applied(), echo, Arc::new(Metrics::default()), &kept).await;
+    assert_eq!(result.expect("reconcile"), Action::requeue(Duration::from_millis(300)), "back when the next is due");
+    tokio::time::timeout(Duration::from_secs(5), futures::StreamExt::next(&mut finished)).await.expect("finished");
+    let sizing = usage.sizing("pools");
+    assert!(matches!(&*sizing, crate::status::Sizing::Failed(why) if why.contains("longer than")), "{sizing:?}");
+}
+
+#[tokio::test]
+async fn a_deleted_bulkhead_forgets_its_analysis() {
+    let kept = analysed_by(Duration::from_secs(600), || panic!("no analysis is due"));
+    kept.usage.set("pools", crate::status::Sizing::Advised(starved_advice(1)));
+    let mut bh = pooled();
+    bh.metadata.deletion_timestamp = Some(now());
+    let (result, _) = run_with(DeserializeGuard(Ok(bh)), shop(), echo, Arc::new(Metrics::default()), &kept).await;
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(*kept.usage.sizing("pools"), crate::status::Sizing::Pending, "nothing kept of it");
+}
+
+#[tokio::test]
+async fn an_unreachable_prometheus_is_no_telemetry_and_a_refused_query_a_failed_analysis() {
+    // A port nothing listens on: the real client, the real error.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port");
+    let options =
+        UsageOptions::prometheus(&format!("http://{closed}"), Duration::from_secs(600), Duration::from_secs(3600))
+            .expect("a valid URL");
+    let analyst = options.analyst.expect("an analyst");
+    let sizing = tokio::time::timeout(Duration::from_secs(30), analyst(pooled(), Duration::from_secs(3600)))
+        .await
+        .expect("answers in time");
+    let crate::status::Sizing::NoTelemetry(why) = &sizing else { panic!("{sizing:?}") };
+    assert!(why.contains("unreachable"), "{why}");
+    let sized = crate::status::sized_condition(&sizing);
+    assert_eq!((sized.status, sized.reason.as_str()), (crate::status::ConditionStatus::Unknown, "NoTelemetry"));
+
+    let refused = crate::prometheus::PrometheusError::Query {
+        error_type: "bad_data".into(),
+        error: "parse error".into(),
+        query: "up{".into(),
+    };
+    assert!(matches!(super::usage::sizing(Err(refused)), crate::status::Sizing::Failed(_)));
 }

@@ -14,7 +14,8 @@ pub struct BulkheadStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// Ready, Funded, ControlPlaneLane, QuotasScoped, NodeGroupsReady, Placed,
-    /// Isolated, ProxyInjected, ShuffleSharded (those that apply to the spec).
+    /// Isolated, ProxyInjected, ShuffleSharded (those that apply to the spec),
+    /// Sized and IsolatedInUse (from the proxies' telemetry, in a cluster).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
@@ -82,6 +83,38 @@ pub struct ClassStatus {
     /// order they were drawn (the operator keeps it while those nodes last).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shard: Vec<String>,
+    /// What the proxies' telemetry showed of this class over the last
+    /// analysis window (only with the operator's --prometheus-url; the
+    /// Sized condition says what to make of it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<ClassUsageStatus>,
+}
+
+/// One class's use over the analysis window, per replica as a proxy counts
+/// it; `recommended*` are in the units of spec.classes[] (never applied by
+/// the operator). A fixed set of figures, so its size does not grow with
+/// the window or the traffic.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClassUsageStatus {
+    /// Highest in-flight on any one replica.
+    pub peak_in_flight: u32,
+    /// 95th percentile of the per-replica in-flight samples.
+    pub p95_in_flight: u32,
+    /// Requests rejected at the class's ceiling.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub rejected_at_ceiling: u64,
+    /// Requests rejected for any other reason (the surplus exhausted, say).
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub rejected_other: u64,
+    /// Share of the window spent at the ceiling, in thousandths (0-1000).
+    pub time_at_ceiling_permille: u32,
+    /// Most surplus units the class held at once on one replica.
+    pub borrowed_peak: u32,
+    /// Reservation the telemetry supports (fundable with the others').
+    pub recommended_reserved: u32,
+    /// Ceiling the telemetry supports.
+    pub recommended_ceiling: u32,
 }
 
 /// One layer's verdict.
@@ -130,6 +163,11 @@ impl LayerStatus {
 
 #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
 fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+fn is_zero_u64(n: &u64) -> bool {
     *n == 0
 }
 

@@ -5,7 +5,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::{build_status, ApplyOutcome};
+use super::{apply_sizing, build_status, ApplyOutcome, Sizing};
 use crate::{
     audit::{audit_cached, Audit, AuditConfig, AuditState},
     crd::{Bulkhead, BulkheadStatus},
@@ -73,5 +73,19 @@ impl Evaluation {
     /// transition times from the Bulkhead's current status.
     pub fn status(&self, bulkhead: &Bulkhead, outcome: &ApplyOutcome, now: &Time) -> BulkheadStatus {
         build_status(bulkhead, &self.plan, self.audit.as_ref(), outcome, bulkhead.status.as_ref(), now)
+    }
+
+    /// As `status`, with `Sized`, `IsolatedInUse` and the classes' usage
+    /// from the operator's latest analysis of the telemetry.
+    pub fn status_sized(
+        &self,
+        bulkhead: &Bulkhead,
+        outcome: &ApplyOutcome,
+        sizing: &Sizing,
+        now: &Time,
+    ) -> BulkheadStatus {
+        let mut status = self.status(bulkhead, outcome, now);
+        apply_sizing(&mut status, sizing, bulkhead.status.as_ref(), bulkhead.metadata.generation, now);
+        status
     }
 }

@@ -24,7 +24,7 @@
 
 use std::{collections::BTreeSet, sync::Arc};
 
-use super::{evaluate::reaudit, evaluate_cached, ApplyOutcome, Config, Evaluation};
+use super::{evaluate::reaudit, evaluate_cached, ApplyOutcome, Config, Evaluation, Sizing};
 use crate::{
     audit::AuditState,
     crd::{Bulkhead, BulkheadSpec},
@@ -44,33 +44,38 @@ pub struct Kept {
 }
 
 /// A status found already in place: built from evaluation number
-/// `evaluation` with `outcome`, it equalled what the Bulkhead object at
-/// `resource_version` holds. While all three stay the same, building it again
-/// would give the same status (the time of day enters only a condition that
-/// flips), so a reconcile need not build or compare it.
+/// `evaluation` with `outcome` and `sizing`, it equalled what the Bulkhead
+/// object at `resource_version` holds. While all four stay the same, building
+/// it again would give the same status (the time of day enters only a
+/// condition that flips), so a reconcile need not build or compare it.
 struct StatusInPlace {
     evaluation: u64,
     resource_version: String,
     outcome: ApplyOutcome,
+    /// The very analysis result (each new one is a new allocation).
+    sizing: Arc<Sizing>,
 }
 
 impl Kept {
-    /// True when the status of the current evaluation with `outcome` is
-    /// known to be the one `bulkhead` holds.
-    pub fn reported_already(&self, bulkhead: &Bulkhead, outcome: &ApplyOutcome) -> bool {
+    /// True when the status of the current evaluation with `outcome` and
+    /// `sizing` is known to be the one `bulkhead` holds.
+    pub fn reported_already(&self, bulkhead: &Bulkhead, outcome: &ApplyOutcome, sizing: &Arc<Sizing>) -> bool {
         self.in_place.as_ref().is_some_and(|r| {
             r.evaluation == self.evaluations
                 && bulkhead.metadata.resource_version.as_deref() == Some(r.resource_version.as_str())
                 && &r.outcome == outcome
+                && Arc::ptr_eq(&r.sizing, sizing)
         })
     }
 
-    /// Record that the status of the current evaluation with `outcome` is the one `bulkhead` holds.
-    pub fn note_reported(&mut self, bulkhead: &Bulkhead, outcome: &ApplyOutcome) {
+    /// Record that the status of the current evaluation with `outcome` and
+    /// `sizing` is the one `bulkhead` holds.
+    pub fn note_reported(&mut self, bulkhead: &Bulkhead, outcome: &ApplyOutcome, sizing: &Arc<Sizing>) {
         self.in_place = bulkhead.metadata.resource_version.clone().map(|resource_version| StatusInPlace {
             evaluation: self.evaluations,
             resource_version,
             outcome: outcome.clone(),
+            sizing: sizing.clone(),
         });
     }
 }

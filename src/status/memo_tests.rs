@@ -267,25 +267,28 @@ fn a_status_found_in_place_is_known_only_for_the_same_evaluation_object_and_outc
     let mut cluster = Cluster::new();
     let mut kept = Kept::default();
     let outcome = ApplyOutcome::NotApplied;
+    let sizing = std::sync::Arc::new(crate::status::Sizing::Pending);
     cluster.kept(&mut kept);
-    assert!(!kept.reported_already(&cluster.bulkhead, &outcome), "nothing noted yet");
-    kept.note_reported(&cluster.bulkhead, &outcome);
-    assert!(kept.reported_already(&cluster.bulkhead, &outcome));
+    assert!(!kept.reported_already(&cluster.bulkhead, &outcome, &sizing), "nothing noted yet");
+    kept.note_reported(&cluster.bulkhead, &outcome, &sizing);
+    assert!(kept.reported_already(&cluster.bulkhead, &outcome, &sizing));
+    let analysed = std::sync::Arc::new(crate::status::Sizing::Pending);
+    assert!(!kept.reported_already(&cluster.bulkhead, &outcome, &analysed), "another analysis, even an equal one");
     let failed = ApplyOutcome::Failed("boom".to_string());
-    assert!(!kept.reported_already(&cluster.bulkhead, &failed), "another outcome");
+    assert!(!kept.reported_already(&cluster.bulkhead, &failed, &sizing), "another outcome");
     // A pod nobody reads: the evaluation is reused, so the status still holds.
     cluster.apply(&Event::Pod { id: 0, ns: 2, node: Some(1) });
     assert!(cluster.kept(&mut kept).1);
-    assert!(kept.reported_already(&cluster.bulkhead, &outcome));
+    assert!(kept.reported_already(&cluster.bulkhead, &outcome, &sizing));
     // A new object version (someone wrote its status): compare again.
     cluster.apply(&Event::Bulkhead { zone: false });
     assert!(cluster.kept(&mut kept).1, "same spec: the evaluation is reused");
-    assert!(!kept.reported_already(&cluster.bulkhead, &outcome), "but the status must be built and compared");
-    kept.note_reported(&cluster.bulkhead, &outcome);
+    assert!(!kept.reported_already(&cluster.bulkhead, &outcome, &sizing), "but the status must be built and compared");
+    kept.note_reported(&cluster.bulkhead, &outcome, &sizing);
     // A pod a class reads: a fresh evaluation, so build again.
     cluster.apply(&Event::Pod { id: 1, ns: 0, node: Some(0) });
     assert!(!cluster.kept(&mut kept).1);
-    assert!(!kept.reported_already(&cluster.bulkhead, &outcome));
+    assert!(!kept.reported_already(&cluster.bulkhead, &outcome, &sizing));
 }
 
 #[test]

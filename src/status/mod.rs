@@ -10,6 +10,7 @@ mod memo;
 mod placement;
 mod reasons;
 mod shard;
+mod sized;
 
 pub use conditions::{merge_conditions, ConditionStatus, DesiredCondition};
 pub use evaluate::{evaluate, evaluate_cached, Config, Evaluation};
@@ -19,6 +20,8 @@ pub use reasons::{
     reason, CONDITION_TYPES, CONTROL_PLANE_LANE, FUNDED, ISOLATED, NODE_GROUPS_READY, PLACED, PROXY_INJECTED,
     QUOTAS_SCOPED, READY, SHUFFLE_SHARDED,
 };
+pub use reasons::{ISOLATED_IN_USE, SIZED};
+pub use sized::{apply_sizing, isolated_in_use_condition, sized_condition, usage_status, Sizing, SEVERITY};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -108,6 +111,7 @@ pub fn build_status(
                 reserved_per_replica: c.reserved_per_replica,
                 ceiling_per_replica: c.ceiling_per_replica,
                 shard: plan.shards.as_ref().and_then(|s| s.shards.get(&c.name)).cloned().unwrap_or_default(),
+                usage: None,
             })
             .collect(),
         layers,

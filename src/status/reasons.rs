@@ -11,9 +11,11 @@ pub const PLACED: &str = "Placed";
 pub const ISOLATED: &str = "Isolated";
 pub const PROXY_INJECTED: &str = "ProxyInjected";
 pub const SHUFFLE_SHARDED: &str = "ShuffleSharded";
+pub const SIZED: &str = "Sized";
+pub const ISOLATED_IN_USE: &str = "IsolatedInUse";
 
 /// Every condition type a status can carry.
-pub const CONDITION_TYPES: [&str; 9] = [
+pub const CONDITION_TYPES: [&str; 11] = [
     READY,
     FUNDED,
     CONTROL_PLANE_LANE,
@@ -23,6 +25,8 @@ pub const CONDITION_TYPES: [&str; 9] = [
     ISOLATED,
     PROXY_INJECTED,
     SHUFFLE_SHARDED,
+    SIZED,
+    ISOLATED_IN_USE,
 ];
 
 /// Reasons.
@@ -91,4 +95,17 @@ pub mod reason {
     pub const IDENTICAL_SHARDS: &str = "IdenticalShards";
     /// Fewer candidate nodes than a shard needs (or no tenant): nothing is pinned.
     pub const TOO_FEW_SHARD_NODES: &str = "TooFewShardNodes";
+    /// The telemetry shows no finding: the reservations match the use.
+    pub const MATCHES_USE: &str = "MatchesUse";
+    /// No Prometheus, or no proxy series in it: nothing is guessed.
+    pub const NO_TELEMETRY: &str = "NoTelemetry";
+    /// Prometheus answered, but the analysis failed; the message says how.
+    pub const ANALYSIS_FAILED: &str = "AnalysisFailed";
+    // A finding's kind (`usage::FindingKind::as_str`) is the reason of a
+    // False Sized or IsolatedInUse: StarvedAtCeiling, UtilisationCollapse,
+    // SurplusExhausted, ReservationIdle, IsolationLeak.
+    /// No class reached its ceiling in the window: no saturation to test isolation against.
+    pub const NO_SATURATION: &str = "NoSaturation";
+    /// While a class sat at its ceiling, no other class's latency rose.
+    pub const NO_LATENCY_COUPLING: &str = "NoLatencyCoupling";
 }

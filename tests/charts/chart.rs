@@ -18,7 +18,7 @@ use bulkhead::{
 use promql_parser::{label::MatchOp, util::walk_expr};
 use serde_yaml::Value;
 
-use crate::chart_support::{self, exported, find, helm, render, Selectors};
+use crate::chart_support::{self, exported, exported_by_proxy, find, helm, render, Selectors};
 
 #[test]
 fn helm_3_and_helm_4_lint_the_chart_and_render_the_same_objects() {
@@ -254,10 +254,13 @@ fn monitoring_is_off_by_default_and_when_on_scrapes_the_service_and_alerts_on_ex
     assert_eq!(monitor["spec"]["namespaceSelector"]["matchNames"][0], service["metadata"]["namespace"]);
 
     let rule = find(&docs, "PrometheusRule")[0];
-    let exported = exported();
+    let mut exported = exported();
+    let by_proxy = exported_by_proxy();
+    exported.extend(by_proxy.clone());
     let conditions = [READY, FUNDED, ISOLATED];
     let mut alerts = Vec::new();
-    for r in rule["spec"]["groups"][0]["rules"].as_sequence().expect("rules") {
+    let rules = rule["spec"]["groups"].as_sequence().expect("groups").iter();
+    for r in rules.flat_map(|g| g["rules"].as_sequence().expect("rules")) {
         let alert = r["alert"].as_str().expect("alert name");
         alerts.push(alert.to_string());
         let expr = r["expr"].as_str().expect("expr");
@@ -265,6 +268,15 @@ fn monitoring_is_off_by_default_and_when_on_scrapes_the_service_and_alerts_on_ex
         let mut selectors = Selectors::default();
         walk_expr(&mut selectors, &parsed).expect("walk");
         assert!(!selectors.0.is_empty(), "{alert} selects no metric");
+        // Each `by (...)` label is one every metric aggregated carries.
+        let mut groupings = Groupings::default();
+        walk_expr(&mut groupings, &parsed).expect("walk");
+        for (label, metrics) in &groupings.0 {
+            for name in metrics {
+                let labels = exported.get(name).unwrap_or_else(|| panic!("{alert}: {name} is not exported"));
+                assert!(labels.contains(label), "{alert}: groups {name} by {label}, which it does not carry");
+            }
+        }
         for vs in &selectors.0 {
             let name = vs.name.as_deref().expect("a metric name");
             let labels = exported.get(name).unwrap_or_else(|| panic!("{alert}: {name} is not exported: {exported:?}"));
@@ -286,12 +298,74 @@ fn monitoring_is_off_by_default_and_when_on_scrapes_the_service_and_alerts_on_ex
     }
     assert_eq!(
         alerts,
-        ["BulkheadNotReady", "BulkheadUnfunded", "BulkheadRequiredLayerShared", "BulkheadOperatorReconcileErrors"]
+        [
+            "BulkheadNotReady",
+            "BulkheadUnfunded",
+            "BulkheadRequiredLayerShared",
+            "BulkheadOperatorReconcileErrors",
+            "BulkheadClassStarvedAtCeiling",
+            "BulkheadUtilisationCollapse",
+            "BulkheadSurplusExhausted",
+        ]
     );
+    // The usage alerts read the proxies' series, each Bulkhead's apart.
+    let usage = &rule["spec"]["groups"][1];
+    assert_eq!(usage["name"].as_str(), Some("bulkhead-usage"));
+    for r in usage["rules"].as_sequence().expect("rules") {
+        let parsed = promql_parser::parser::parse(r["expr"].as_str().expect("expr")).expect("parsed above");
+        let mut selectors = Selectors::default();
+        walk_expr(&mut selectors, &parsed).expect("walk");
+        for name in selectors.0.iter().filter_map(|vs| vs.name.as_deref()) {
+            let labels = by_proxy.get(name).unwrap_or_else(|| panic!("{name} is not a proxy metric"));
+            assert!(labels.iter().any(|l| l == "bulkhead"), "{name} has no bulkhead label: {labels:?}");
+        }
+    }
+    // The thresholds are values.
+    let docs = render(
+        3,
+        &[
+            "--set",
+            "monitoring.prometheusRule.enabled=true",
+            "--set-json",
+            "monitoring.prometheusRule.thresholds.starvedRejectedRatio=0.05",
+        ],
+    );
+    let starved = &find(&docs, "PrometheusRule")[0]["spec"]["groups"][1]["rules"][0];
+    assert!(starved["expr"].as_str().is_some_and(|e| e.trim_end().ends_with("> 0.05")), "{starved:?}");
+    let out = chart_support::helm_output(
+        3,
+        &[
+            "template",
+            "--set",
+            "monitoring.prometheusRule.enabled=true",
+            "--set-json",
+            "monitoring.prometheusRule.thresholds.collapseOccupancy=2",
+        ],
+    );
+    assert!(!out.status.success(), "an occupancy above 1 is refused");
     // A selector of a metric the operator does not export is caught.
     let mut bogus = Selectors::default();
     walk_expr(&mut bogus, &promql_parser::parser::parse("bulkhead_no_such_metric == 1").expect("parse")).expect("walk");
     assert!(!exported.contains_key(bogus.0[0].name.as_deref().expect("name")));
+}
+
+/// Each label an aggregation groups `by`, with the metrics it aggregates.
+#[derive(Default)]
+struct Groupings(Vec<(String, Vec<String>)>);
+
+impl promql_parser::util::ExprVisitor for Groupings {
+    type Error = ();
+    fn pre_visit(&mut self, expr: &promql_parser::parser::Expr) -> Result<bool, ()> {
+        if let promql_parser::parser::Expr::Aggregate(a) = expr {
+            if let Some(promql_parser::parser::LabelModifier::Include(labels)) = &a.modifier {
+                let mut inner = Selectors::default();
+                walk_expr(&mut inner, &a.expr)?;
+                let metrics: Vec<String> = inner.0.iter().filter_map(|vs| vs.name.clone()).collect();
+                self.0.extend(labels.labels.iter().map(|l| (l.to_string(), metrics.clone())));
+            }
+        }
+        Ok(true)
+    }
 }
 
 fn deployment_pod(docs: &[Value]) -> Value {
@@ -538,4 +612,44 @@ fn the_chart_readme_documents_every_value() {
     };
     let missing: Vec<&String> = keys.iter().filter(|k| !documented(k)).collect();
     assert!(missing.is_empty(), "values not in charts/bulkhead/README.md: {missing:?}");
+}
+
+#[test]
+fn usage_analysis_is_off_by_default_and_passes_its_url_period_and_window() {
+    let args = |docs: &[Value]| -> Vec<String> {
+        deployment_pod(docs)["containers"][0]["args"]
+            .as_sequence()
+            .expect("args")
+            .iter()
+            .filter_map(|a| a.as_str().map(String::from))
+            .collect()
+    };
+    let off = args(&render(3, &[]));
+    assert!(!off.iter().any(|a| a.starts_with("--prometheus-url") || a.starts_with("--usage")), "{off:?}");
+    let on = args(&render(
+        3,
+        &["--set", "usage.prometheusUrl=http://prometheus-operated.monitoring:9090", "--set", "usage.period=5m"],
+    ));
+    let at = on.iter().position(|a| a == "--prometheus-url").expect("--prometheus-url");
+    assert_eq!(
+        on[at..at + 6],
+        [
+            "--prometheus-url",
+            "http://prometheus-operated.monitoring:9090",
+            "--usage-period",
+            "5m",
+            "--usage-window",
+            "7d"
+        ]
+    );
+    for bad in [
+        "usage.prometheusUrl=prometheus:9090",
+        "usage.period=10 minutes",
+        "usage.period=1h30m",
+        "usage.window=0d",
+        "usage.windw=7d",
+    ] {
+        let out = chart_support::helm_output(3, &["template", "--set", bad]);
+        assert!(!out.status.success(), "{bad} is refused by the schema");
+    }
 }

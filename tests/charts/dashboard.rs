@@ -88,6 +88,13 @@ fn the_dashboard_parses_and_queries_only_exported_metrics() {
     // Both the operator and the proxies are on it.
     assert!(exprs.iter().any(|e| e.contains("bulkhead_reconciles_total")));
     assert!(exprs.iter().any(|e| e.contains("bulkhead_proxy_rejected_total")));
+    // Each class's use against its reservation, one Bulkhead's classes apart from another's.
+    assert!(
+        exprs.iter().any(|e| e.contains("sum by (bulkhead, class) (bulkhead_proxy_in_flight")
+            && e.contains("/ sum by (bulkhead, class) (bulkhead_proxy_class_reserved")),
+        "no per-class use against reservation"
+    );
+    assert!(exprs.iter().any(|e| e.contains(r#"condition="Sized""#)), "no Sized panel");
 
     // Template variables read label values of exported metrics.
     let label_values = regex::Regex::new(r"^label_values\((\w+), (\w+)\)$").expect("regex");

@@ -20,7 +20,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("select", &["crd", "snapshot"]),
     ("plan", &["crd", "pool_config", "snapshot", "select", "shard"]),
     ("audit", &["crd", "snapshot", "select"]),
-    ("status", &["crd", "pool_config", "snapshot", "select", "shard", "plan", "audit"]),
+    ("status", &["crd", "pool_config", "snapshot", "select", "shard", "plan", "audit", "usage"]),
     (
         "controller",
         &["crd", "pool_config", "snapshot", "select", "plan", "audit", "status", "error_chain", "usage", "prometheus"],

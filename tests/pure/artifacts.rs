@@ -173,5 +173,6 @@ fn explain_text_and_columns_speak_to_users() {
         .collect();
     assert!(columns.contains(&("Isolated", 0)), "{columns:?}");
     assert!(columns.contains(&("Message", 1)), "{columns:?}");
+    assert!(columns.contains(&("Sized", 1)), "{columns:?}");
     assert_eq!(crd["spec"]["names"]["categories"], serde_json::json!(["bulkhead-dev"]));
 }
