@@ -2,7 +2,7 @@
 //!
 //! Imports flow one way (`tests/pure/architecture.rs` checks it):
 //! `crd → {pool_config, snapshot} → select → {plan, audit} → status →
-//! {controller, offline}`. Everything left of `controller` is pure and shared
+//! evaluate → {controller, offline}`. Everything left of `controller` is pure and shared
 //! by the controller and the offline CLI. `proxy` enforces a pool config at
 //! run time around the admission core of the `bulkhead-admission` crate
 //! (which holds `pool_config` and knows nothing of Kubernetes); `shard` (shuffle sharding) is
@@ -15,6 +15,7 @@ pub mod audit;
 pub mod controller;
 pub mod crd;
 pub mod error_chain;
+pub mod evaluate;
 pub mod logging;
 pub mod offline;
 pub mod plan;

@@ -6,13 +6,13 @@ use anyhow::Context as _;
 use bulkhead::{
     audit::AuditConfig,
     error_chain::Chain,
+    evaluate::Config,
     offline::{
         advise_exit, advise_text, check_report, evaluate_all, load_files, parse_window, plan_report, AdviseFormat,
         Input, OutputFormat, EXIT_INVALID_INPUT, EXIT_NO_TELEMETRY,
     },
     plan::{PlanConfig, DEFAULT_PROXY_IMAGE},
     shard::Calculation,
-    status::Config,
 };
 use clap::{Parser, Subcommand};
 

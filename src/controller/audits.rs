@@ -1,11 +1,11 @@
 //! What each Bulkhead keeps between reconciles: the audit's counts, which the
 //! next reconcile catches up from the snapshot's journal instead of counting
 //! every pod again, and its last evaluation, reused while nothing it read
-//! changed (`status::evaluate_kept`).
+//! changed (`evaluate::evaluate_kept`).
 
 use std::{collections::HashMap, sync::Mutex};
 
-use crate::status::Kept;
+use crate::evaluate::Kept;
 
 #[derive(Default)]
 pub struct AuditCache(Mutex<HashMap<String, Kept>>);

@@ -53,7 +53,7 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     pub snapshot: Arc<SharedSnapshot>,
     pub backoff: backoff::Backoff,
-    pub config: crate::status::Config,
+    pub config: crate::evaluate::Config,
     pub refusals: refusals::RefusalMemory,
     /// Each Bulkhead's audit counts, kept between reconciles.
     pub audits: Arc<audits::AuditCache>,
@@ -69,7 +69,7 @@ pub struct RunOptions {
     pub instance: Option<String>,
     /// Reconcile only while holding this Lease (namespace, name).
     pub leader_election: Option<leader::LeaseRef>,
-    pub config: crate::status::Config,
+    pub config: crate::evaluate::Config,
     /// After SIGTERM or SIGINT: how long in-flight reconciles, the Lease's
     /// release and the HTTP server may take before the process stops anyway.
     pub shutdown_grace: Duration,
@@ -148,7 +148,7 @@ pub async fn run(client: Client, options: RunOptions) -> Result<(), Error> {
     };
 
     // Every change of the snapshot reconciles every Bulkhead; one whose
-    // inputs did not change reuses its last evaluation (`status::evaluate_kept`),
+    // inputs did not change reuses its last evaluation (`evaluate::evaluate_kept`),
     // and the writes happen only on differences.
     // A finished analysis with a new result wakes them too (the others reuse everything).
     let changes = futures::stream::select(

@@ -48,7 +48,7 @@ pub struct SharedSnapshot {
     children_pending: AtomicUsize,
     /// Changes of anything but pods, counted under the write lock: with the
     /// journal (which holds every pod change) it tells a reconcile whether a
-    /// Bulkhead's last evaluation still holds (`status::evaluate_kept`).
+    /// Bulkhead's last evaluation still holds (`evaluate::evaluate_kept`).
     others: AtomicU64,
     changed: Notify,
     /// Failed watch attempts by kind (`bulkhead_watch_failures_total`).

@@ -26,12 +26,10 @@ use super::{
 };
 use crate::{
     crd::{Bulkhead, BulkheadStatus, FIELD_MANAGER, FINALIZER},
+    evaluate::{evaluate_kept, Evaluation, Reused},
     plan::Change,
     snapshot::ObjectKey,
-    status::{
-        evaluate_kept, merge_conditions, reason, ApplyOutcome, ConditionStatus, DesiredCondition, Evaluation, Reused,
-        READY,
-    },
+    status::{merge_conditions, reason, ApplyOutcome, ConditionStatus, DesiredCondition, READY},
 };
 
 /// How often an unchanged Bulkhead is re-planned anyway (it writes nothing if all is well).

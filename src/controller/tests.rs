@@ -27,8 +27,9 @@ use super::{
 };
 use crate::{
     crd::{Bulkhead, FINALIZER},
+    evaluate::{evaluate, Config},
     snapshot::Snapshot,
-    status::{evaluate, ApplyOutcome, Config},
+    status::ApplyOutcome,
 };
 
 /// One request the reconcile made.

@@ -7,8 +7,9 @@ use super::Input;
 use crate::{
     audit::Audit,
     crd::Bulkhead,
+    evaluate::{evaluate, Config, Evaluation},
     plan::{Change, Plan},
-    status::{evaluate, ApplyOutcome, Config, Evaluation},
+    status::ApplyOutcome,
 };
 
 pub struct Evaluated {

@@ -3,19 +3,15 @@
 //! something changed.
 
 mod conditions;
-mod evaluate;
 mod injection;
 mod isolation;
-mod memo;
 mod placement;
 mod reasons;
 mod shard;
 mod sized;
 
 pub use conditions::{merge_conditions, ConditionStatus, DesiredCondition};
-pub use evaluate::{evaluate, evaluate_cached, Config, Evaluation};
 pub use isolation::isolated_condition;
-pub use memo::{evaluate_kept, Kept, Reused};
 pub use reasons::{
     reason, CONDITION_TYPES, CONTROL_PLANE_LANE, FUNDED, ISOLATED, NODE_GROUPS_READY, PLACED, PROXY_INJECTED,
     QUOTAS_SCOPED, READY, SHUFFLE_SHARDED,

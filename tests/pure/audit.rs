@@ -376,7 +376,10 @@ fn a_single_class_has_nothing_to_be_isolated_from_and_says_so() {
 #[test]
 fn a_status_lists_a_bounded_number_of_pairs_shared_first_and_counts_the_rest() {
     use bulkhead::crd::MAX_PAIRS_LISTED;
-    use bulkhead::status::{evaluate, ApplyOutcome, Config};
+    use bulkhead::{
+        evaluate::{evaluate, Config},
+        status::ApplyOutcome,
+    };
     // 20 classes on two nodes: every pair shares a node or the zone.
     let classes: String = (0..20)
         .map(|i| format!("  - {{name: c{i}, reserved: 1, pods: {{podSelector: {{matchLabels: {{app: a{i}}}}}}}}}\n"))

@@ -10,10 +10,10 @@ use std::path::Path;
 
 use bulkhead::{
     crd::{Bulkhead, Scope},
+    evaluate::Config,
     offline::{check_report, evaluate_all, load_text, EXIT_INVALID_INPUT},
     plan::plan_capacity,
     select::Replicas,
-    status::Config,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use proptest::prelude::*;

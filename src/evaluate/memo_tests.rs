@@ -10,8 +10,9 @@ use proptest::prelude::*;
 use super::{evaluate_kept, Kept, Reused};
 use crate::{
     crd::{Bulkhead, BulkheadStatus, ClassStatus},
+    evaluate::{evaluate, Config, Evaluation},
     snapshot::{NodeInfo, ObjectKey, PodInfo, Snapshot},
-    status::{evaluate, ApplyOutcome, Config, Evaluation},
+    status::ApplyOutcome,
 };
 
 const NODES: usize = 4;

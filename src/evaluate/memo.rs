@@ -24,12 +24,13 @@
 
 use std::{collections::BTreeSet, sync::Arc};
 
-use super::{evaluate::reaudit, evaluate_cached, ApplyOutcome, Config, Evaluation, Sizing};
+use super::{evaluate_cached, reaudit, Config, Evaluation};
 use crate::{
     audit::AuditState,
     crd::{Bulkhead, BulkheadSpec},
     select::Selection,
     snapshot::{Cursor, Delta, Snapshot},
+    status::{ApplyOutcome, Sizing},
 };
 
 /// What one Bulkhead keeps between reconciles.

@@ -1,17 +1,23 @@
 //! One evaluation of one Bulkhead, shared by the controller and the offline
 //! CLI: parse its selectors once, plan, diff against the snapshot, audit.
 //! Pure; the caller applies `changes` (or prints them) and then builds the
-//! status from the outcome.
+//! status from the outcome. Above `status` (it builds one) and below the
+//! controller and `offline`, which both run it; `memo` keeps the controller's
+//! last evaluation of each Bulkhead while nothing it read has changed.
+
+mod memo;
+
+pub use memo::{evaluate_kept, Kept, Reused};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::{apply_sizing, build_status, ApplyOutcome, Sizing};
 use crate::{
     audit::{audit_cached, Audit, AuditConfig, AuditState},
     crd::{Bulkhead, BulkheadStatus},
     plan::{changes, plan, Change, Plan, PlanConfig, WithheldConfig},
     select::Selection,
     snapshot::Snapshot,
+    status::{apply_sizing, build_status, ApplyOutcome, Sizing},
 };
 
 #[derive(Clone, Debug)]
