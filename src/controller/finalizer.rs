@@ -23,7 +23,7 @@ pub async fn clean_up(meta: &kube::api::ObjectMeta, ctx: &Context) -> Result<Act
     }
     let deletes = teardown(&name, &*ctx.snapshot.read().await);
     apply_changes(&ctx.client, &ctx.metrics, &name, &deletes).await?;
-    ctx.refusals.replace(&name, &[]);
+    ctx.memory.forget(&name);
     info!(bulkhead = %name, deleted = deletes.len(), "cleaned up; releasing the finalizer");
     set_finalizer(ctx, meta, Finalizer::Release).await?;
     Ok(Action::await_change())

@@ -11,6 +11,7 @@ mod events;
 mod finalizer;
 mod http;
 mod leader;
+mod memory;
 mod metrics;
 mod observe;
 mod process_metrics;
@@ -52,13 +53,9 @@ pub struct Context {
     pub events: recorder::EventRecorder,
     pub metrics: Arc<Metrics>,
     pub snapshot: Arc<SharedSnapshot>,
-    pub backoff: backoff::Backoff,
     pub config: crate::evaluate::Config,
-    pub refusals: refusals::RefusalMemory,
-    /// Each Bulkhead's audit counts, kept between reconciles.
-    pub audits: Arc<audits::AuditCache>,
-    /// Each Bulkhead's latest analysis of its proxies' telemetry.
-    pub usage: Arc<usage::Usage>,
+    /// What is kept about each Bulkhead between reconciles.
+    pub memory: memory::Memory,
 }
 
 #[derive(Clone, Debug)]
@@ -80,7 +77,7 @@ pub struct RunOptions {
 pub use leader::LeaseRef;
 
 fn error_policy(obj: Arc<DeserializeGuard<Bulkhead>>, error: &Error, ctx: Arc<Context>) -> Action {
-    let wait = ctx.backoff.next(&obj.name_any());
+    let wait = ctx.memory.backoff.next(&obj.name_any());
     ctx.metrics.errors.get_or_create(&metrics::ErrorLabels { error: error.metric_label().into() }).inc();
     warn!(bulkhead = %obj.name_any(), error = %crate::error_chain::Chain(error), retry_in = ?wait, "reconcile failed");
     Action::requeue(wait)
@@ -98,11 +95,8 @@ pub async fn run(client: Client, options: RunOptions) -> Result<(), Error> {
         events: recorder::EventRecorder::new(client.clone(), reporter),
         metrics: metrics.clone(),
         snapshot: snapshot.clone(),
-        backoff: backoff::Backoff::default(),
         config: options.config.clone(),
-        refusals: refusals::RefusalMemory::default(),
-        audits: Arc::default(),
-        usage: Arc::new(usage::Usage::new(options.usage.clone(), metrics.clone())),
+        memory: memory::Memory::new(Arc::new(usage::Usage::new(options.usage.clone(), metrics.clone()))),
     });
 
     let listener = tokio::net::TcpListener::bind(options.metrics_addr)
@@ -153,7 +147,7 @@ pub async fn run(client: Client, options: RunOptions) -> Result<(), Error> {
     // A finished analysis with a new result wakes them too (the others reuse everything).
     let changes = futures::stream::select(
         snapshot.changes(Duration::from_millis(100)),
-        ctx.usage.finished(Duration::from_millis(100)),
+        ctx.memory.usage.finished(Duration::from_millis(100)),
     );
     // A reconcile that flips a condition waits on the API server for its
     // status write and Events; with four slots, ten Bulkheads probed under

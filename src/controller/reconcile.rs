@@ -44,7 +44,7 @@ pub async fn reconcile(obj: Arc<DeserializeGuard<Bulkhead>>, ctx: Arc<Context>) 
     ctx.metrics.observe_duration(started.elapsed());
     ctx.metrics.record_reconcile(result.is_ok());
     if result.is_ok() {
-        ctx.backoff.reset(&obj.name_any());
+        ctx.memory.backoff.reset(&obj.name_any());
     }
     result
 }
@@ -54,8 +54,7 @@ async fn reconcile_bulkhead(bulkhead: &Bulkhead, ctx: &Context) -> Result<Action
     // Guard: deletion, an unlisted cluster, and the finalizer come first.
     if bulkhead.metadata.deletion_timestamp.is_some() {
         ctx.metrics.forget(&name, bulkhead.spec.classes.iter().map(|c| c.name.clone()));
-        ctx.audits.forget(&name);
-        ctx.usage.forget(&name);
+        ctx.memory.forget(&name);
         return clean_up(&bulkhead.metadata, ctx).await;
     }
     if !ctx.snapshot.is_ready() {
@@ -70,12 +69,12 @@ async fn reconcile_bulkhead(bulkhead: &Bulkhead, ctx: &Context) -> Result<Action
     // The audit's counts and the last evaluation are kept between
     // reconciles: a pod event costs in proportion to itself, and nothing for
     // a Bulkhead that does not read the pod's namespace.
-    let mut kept = ctx.audits.take(&name);
+    let mut kept = ctx.memory.audits.take(&name);
     let (evaluation, reused) = {
         let (snapshot, others) = ctx.snapshot.read_counted().await;
         evaluate_kept(bulkhead, &snapshot, others, &ctx.config, &mut kept)
     };
-    ctx.audits.put(&name, kept);
+    ctx.memory.audits.put(&name, kept);
     if reused == Reused::Evaluation {
         ctx.metrics.evaluations_reused.inc();
     } else {
@@ -92,8 +91,8 @@ async fn reconcile_bulkhead(bulkhead: &Bulkhead, ctx: &Context) -> Result<Action
 
     // The analysis runs on its own; this reconcile reports the latest result
     // and comes back when the next is due.
-    let sizing = ctx.usage.sizing(&name);
-    let next_analysis = ctx.usage.schedule(&name, bulkhead);
+    let sizing = ctx.memory.usage.sizing(&name);
+    let next_analysis = ctx.memory.usage.schedule(&name, bulkhead);
     let (outcome, apply_error) = match execute(ctx, bulkhead, &name, &evaluation).await {
         Executed::Done(outcome) => (outcome, None),
         Executed::Failed(e) => (ApplyOutcome::Failed(crate::error_chain::Chain(&e).to_string()), Some(e)),
@@ -104,12 +103,12 @@ async fn reconcile_bulkhead(bulkhead: &Bulkhead, ctx: &Context) -> Result<Action
     // Most reconciles under churn change nothing of this Bulkhead: skip
     // building a status already known to be in place.
     let in_place = reused == Reused::Evaluation
-        && ctx.audits.with(&name, |k| k.reported_already(bulkhead, &outcome, &sizing)) == Some(true);
+        && ctx.memory.audits.with(&name, |k| k.reported_already(bulkhead, &outcome, &sizing)) == Some(true);
     if !in_place {
         let status = evaluation.status_sized(bulkhead, &outcome, &sizing, &now());
         ctx.metrics.record_conditions(&name, &status.conditions);
         if report(ctx, bulkhead, &status).await? == Reported::AlreadyInPlace {
-            ctx.audits.with(&name, |k| k.note_reported(bulkhead, &outcome, &sizing));
+            ctx.memory.audits.with(&name, |k| k.note_reported(bulkhead, &outcome, &sizing));
         }
     }
     match apply_error {
@@ -131,7 +130,7 @@ async fn execute(ctx: &Context, bulkhead: &Bulkhead, name: &str, evaluation: &Ev
     if !plan.is_valid() {
         return Executed::Done(ApplyOutcome::NotApplied);
     }
-    let (mut changes, remembered) = ctx.refusals.skip_remembered(name, evaluation.changes.clone());
+    let (mut changes, remembered) = ctx.memory.refusals.skip_remembered(name, evaluation.changes.clone());
     let new_refusals = match apply_changes(&ctx.client, &ctx.metrics, name, &changes).await {
         Ok(refusals) => refusals,
         Err(Error::NodeChanged(node)) => {
@@ -156,7 +155,7 @@ async fn execute(ctx: &Context, bulkhead: &Bulkhead, name: &str, evaluation: &Ev
         events::publish(ctx, bulkhead, EventType::Normal, "Applied", "Apply", &describe(&changes)).await;
     }
     let refusals: Vec<_> = remembered.into_iter().chain(new_refusals).collect();
-    ctx.refusals.replace(name, &refusals);
+    ctx.memory.refusals.replace(name, &refusals);
     let (placement, proxy): (Vec<_>, Vec<_>) = refusals.iter().partition(|c| c.concern == Concern::Placement);
     let (conflicts, rejected): (Vec<_>, Vec<_>) = placement.into_iter().partition(|c| c.conflict);
     Executed::Done(ApplyOutcome::Applied {

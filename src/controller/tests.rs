@@ -18,6 +18,7 @@ use tower_test::mock;
 
 use super::{
     backoff::Backoff,
+    memory::Memory,
     observe::SharedSnapshot,
     reconcile::reconcile,
     recorder::EventRecorder,
@@ -98,11 +99,13 @@ async fn run_with(
         events: EventRecorder::new(client, Reporter { controller: "bulkhead".into(), instance: None }),
         metrics,
         snapshot: SharedSnapshot::listed(snapshot),
-        backoff: Backoff::default(),
         config: Config::default(),
-        refusals: RefusalMemory::default(),
-        audits: kept.audits.clone(),
-        usage: kept.usage.clone(),
+        memory: Memory {
+            backoff: Backoff::default(),
+            refusals: RefusalMemory::default(),
+            audits: kept.audits.clone(),
+            usage: kept.usage.clone(),
+        },
     });
     // The reconcile owns the only clients: when it ends, the mock sees no more requests.
     let task = tokio::spawn(async move { reconcile(Arc::new(obj), ctx).await });
