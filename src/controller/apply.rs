@@ -48,8 +48,12 @@ pub struct PlacementRefusal {
 }
 
 impl PlacementRefusal {
-    pub fn describe(&self) -> String {
-        format!("{} {}: {}", self.kind.as_str(), self.key, self.message)
+    /// The refusal as a condition message names it.
+    pub fn refused(&self) -> crate::status::Refused {
+        crate::status::Refused {
+            workload: format!("{} {}", self.kind.as_str(), self.key),
+            account: self.message.clone(),
+        }
     }
 }
 

@@ -161,9 +161,9 @@ async fn execute(ctx: &Context, bulkhead: &Bulkhead, name: &str, evaluation: &Ev
     Executed::Done(ApplyOutcome::Applied {
         config_maps: usize::from(plan.config_map.is_some()),
         quotas: plan.quotas.len(),
-        conflicts: conflicts.iter().map(|c| c.describe()).collect(),
-        rejected: rejected.iter().map(|c| c.describe()).collect(),
-        proxy_refused: proxy.iter().map(|c| c.describe()).collect(),
+        conflicts: conflicts.iter().map(|c| c.refused()).collect(),
+        rejected: rejected.iter().map(|c| c.refused()).collect(),
+        proxy_refused: proxy.iter().map(|c| c.refused()).collect(),
     })
 }
 

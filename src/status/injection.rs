@@ -22,7 +22,7 @@ pub fn proxy_condition(plan: &Plan, outcome: &ApplyOutcome) -> Option<DesiredCon
         ApplyOutcome::Applied { proxy_refused, .. } if !proxy_refused.is_empty() => condition(
             ConditionStatus::False,
             reason::INJECTION_REFUSED,
-            format!("left alone, the API server refused the sidecar: {}", proxy_refused.join("; ")),
+            format!("left alone, the API server refused the sidecar: {}", super::list(proxy_refused)),
         ),
         _ if proxy.withheld => condition(
             ConditionStatus::False,

@@ -27,6 +27,28 @@ use crate::{
     plan::{Funding, Plan},
 };
 
+/// A workload the API server refused a write to, and its account of why
+/// (the fields and the manager that owns them, or an admission webhook's
+/// denial), as a condition message names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refused {
+    /// Kind, namespace and name: `Deployment shop/api`.
+    pub workload: String,
+    /// The API server's message, as it gave it.
+    pub account: String,
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.workload, self.account)
+    }
+}
+
+/// Refusals as one message: `workload: account; workload: account`.
+fn list(refused: &[Refused]) -> String {
+    refused.iter().map(Refused::to_string).collect::<Vec<_>>().join("; ")
+}
+
 /// What happened when the plan was applied.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ApplyOutcome {
@@ -38,9 +60,9 @@ pub enum ApplyOutcome {
     Applied {
         config_maps: usize,
         quotas: usize,
-        conflicts: Vec<String>,
-        rejected: Vec<String>,
-        proxy_refused: Vec<String>,
+        conflicts: Vec<Refused>,
+        rejected: Vec<Refused>,
+        proxy_refused: Vec<Refused>,
     },
     /// Offline, or a spec error stopped it.
     NotApplied,

@@ -3,8 +3,9 @@
 //! class workload carries its placement, none is contested).
 
 use super::{
+    list,
     reasons::{reason, NODE_GROUPS_READY, PLACED},
-    ApplyOutcome, ConditionStatus, DesiredCondition,
+    ApplyOutcome, ConditionStatus, DesiredCondition, Refused,
 };
 use crate::plan::{NodeGroupPlan, PlacementPlan, Plan};
 
@@ -41,7 +42,7 @@ fn node_groups_ready(node_groups: &NodeGroupPlan) -> DesiredCondition {
 /// Placed: every class workload carries its placement, none is contested. The
 /// first reason that applies wins, in the order of the conditions table.
 fn placed(placement: &PlacementPlan, outcome: &ApplyOutcome) -> DesiredCondition {
-    let (conflicts, rejected): (&[String], &[String]) = match outcome {
+    let (conflicts, rejected): (&[Refused], &[Refused]) = match outcome {
         ApplyOutcome::Applied { conflicts, rejected, .. } => (conflicts, rejected),
         _ => (&[], &[]),
     };
@@ -56,20 +57,20 @@ fn placed(placement: &PlacementPlan, outcome: &ApplyOutcome) -> DesiredCondition
         let also = if rejected.is_empty() {
             String::new()
         } else {
-            format!("; and the API server refused placement: {}", rejected.join("; "))
+            format!("; and the API server refused placement: {}", list(rejected))
         };
         DesiredCondition::new(
             PLACED,
             ConditionStatus::False,
             reason::PLACEMENT_CONFLICT,
-            format!("left alone, another field manager owns what placement would set: {}{also}", conflicts.join("; ")),
+            format!("left alone, another field manager owns what placement would set: {}{also}", list(conflicts)),
         )
     } else if !rejected.is_empty() {
         DesiredCondition::new(
             PLACED,
             ConditionStatus::False,
             reason::PLACEMENT_REJECTED,
-            format!("the API server refused placement (retried every minute): {}", rejected.join("; ")),
+            format!("the API server refused placement (retried every minute): {}", list(rejected)),
         )
     } else if !placement.yielded.is_empty() {
         let detail = placement

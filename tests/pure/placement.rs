@@ -9,7 +9,7 @@ use bulkhead::{
     plan::{changes, merge_taints, teardown, Change, NodeChange, Plan, PlanConfig, WithheldConfig},
     select::Selection,
     snapshot::Snapshot,
-    status::{build_status, ApplyOutcome, NODE_GROUPS_READY, PLACED, QUOTAS_SCOPED},
+    status::{build_status, ApplyOutcome, Refused, NODE_GROUPS_READY, PLACED, QUOTAS_SCOPED},
 };
 use k8s_openapi::{
     api::{
@@ -534,7 +534,10 @@ fn a_placement_conflict_is_a_condition_naming_workload_field_and_manager() {
     let outcome = ApplyOutcome::Applied {
         config_maps: 0,
         quotas: 0,
-        conflicts: vec!["Deployment shop/checkout: Apply failed with 1 conflict: conflict with \"gitops\": .spec.template.spec.affinity".into()],
+        conflicts: vec![Refused {
+            workload: "Deployment shop/checkout".into(),
+            account: "Apply failed with 1 conflict: conflict with \"gitops\": .spec.template.spec.affinity".into(),
+        }],
         rejected: Vec::new(),
         proxy_refused: Vec::new(),
     };
@@ -551,7 +554,10 @@ fn a_placement_conflict_is_a_condition_naming_workload_field_and_manager() {
         config_maps: 0,
         quotas: 0,
         conflicts: Vec::new(),
-        rejected: vec!["Deployment shop/reports: admission webhook \"policy\" denied the request".into()],
+        rejected: vec![Refused {
+            workload: "Deployment shop/reports".into(),
+            account: "admission webhook \"policy\" denied the request".into(),
+        }],
         proxy_refused: Vec::new(),
     };
     let (status, reason, message) = condition(&bh, &p, &rejected, PLACED);
