@@ -8,11 +8,12 @@ use bulkhead::{
     error_chain::Chain,
     evaluate::Config,
     offline::{
-        advise_exit, advise_text, check_report, evaluate_all, load_files, parse_window, plan_report, AdviseFormat,
-        Input, OutputFormat, EXIT_INVALID_INPUT, EXIT_NO_TELEMETRY,
+        advise_exit, advise_text, check_report, evaluate_all, load_files, plan_report, AdviseFormat, Input,
+        OutputFormat, EXIT_INVALID_INPUT, EXIT_NO_TELEMETRY,
     },
     plan::{PlanConfig, DEFAULT_PROXY_IMAGE},
     shard::Calculation,
+    usage::parse_window,
 };
 use clap::{Parser, Subcommand};
 

@@ -4,14 +4,14 @@
 //! 3 bad input, 4 no telemetry (Prometheus unreachable, or no series of
 //! this Bulkhead in the window). Nothing is applied.
 
-use std::{fmt::Write as _, time::Duration};
+use std::fmt::Write as _;
 
 use kube::ResourceExt;
 use serde_json::{json, Value};
 
 use crate::{
     crd::{Bulkhead, Scope},
-    usage::{percent, Advice},
+    usage::{human_seconds, percent, Advice},
 };
 
 pub const EXIT_NO_FINDINGS: u8 = 0;
@@ -25,42 +25,12 @@ pub enum AdviseFormat {
     Json,
 }
 
-/// A Prometheus-style duration: 90s, 30m, 6h, 7d, 2w (one unit).
-pub fn parse_window(s: &str) -> Result<Duration, String> {
-    let bad = || format!("{s:?}: expected a duration such as 30s, 15m, 6h, 7d or 2w");
-    let split = s.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
-    let (number, unit) = s.split_at(split);
-    let n: u64 = number.parse().map_err(|_| bad())?;
-    let unit = match unit {
-        "s" => 1,
-        "m" => 60,
-        "h" => 3600,
-        "d" => 86_400,
-        "w" => 604_800,
-        _ => return Err(bad()),
-    };
-    match n.checked_mul(unit) {
-        Some(0) | None => Err(bad()),
-        Some(secs) => Ok(Duration::from_secs(secs)),
-    }
-}
-
 pub fn advise_exit(advice: &Advice) -> u8 {
     if advice.findings.is_empty() {
         EXIT_NO_FINDINGS
     } else {
         EXIT_FINDINGS
     }
-}
-
-/// A span of seconds as a person writes it (7d, 6h, 90s).
-pub fn human_seconds(s: u64) -> String {
-    for (unit, len) in [("w", 604_800), ("d", 86_400), ("h", 3600), ("m", 60)] {
-        if s >= len && s.is_multiple_of(len) {
-            return format!("{}{unit}", s / len);
-        }
-    }
-    format!("{s}s")
 }
 
 /// The table, the findings and the patch.
@@ -171,23 +141,4 @@ pub fn kubectl_patch(bulkhead: &Bulkhead, advice: &Advice) -> Option<String> {
     // patch were split; one patch is one write, so order is free.
     let ops = serde_json::to_string(&ops).ok()?;
     Some(format!("kubectl patch bulkhead {} --type=json -p '{ops}'", bulkhead.name_any()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn windows_read_like_prometheus_durations() {
-        assert_eq!(parse_window("7d"), Ok(Duration::from_secs(7 * 86_400)));
-        assert_eq!(parse_window("90s"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_window("2w"), Ok(Duration::from_secs(14 * 86_400)));
-        for bad in ["", "7", "d", "0s", "1.5h", "7y", "-1d", "99999999999999999w"] {
-            assert!(parse_window(bad).is_err(), "{bad}");
-        }
-        assert_eq!(
-            (human_seconds(604_800), human_seconds(90), human_seconds(120)),
-            ("1w".into(), "90s".into(), "2m".into())
-        );
-    }
 }

@@ -8,8 +8,7 @@ mod load;
 mod plan_cmd;
 
 pub use advise_cmd::{
-    advise_exit, advise_text, human_seconds, kubectl_patch, parse_window, AdviseFormat, EXIT_FINDINGS,
-    EXIT_NO_FINDINGS, EXIT_NO_TELEMETRY,
+    advise_exit, advise_text, kubectl_patch, AdviseFormat, EXIT_FINDINGS, EXIT_NO_FINDINGS, EXIT_NO_TELEMETRY,
 };
 pub use check_cmd::{
     advice, check_report, CheckReport, EXIT_INVALID_INPUT, EXIT_OK, EXIT_SHARED_OR_UNFUNDED, EXIT_UNVERIFIED_STRICT,

@@ -16,7 +16,7 @@ use super::{
 };
 use crate::{
     crd::{BulkheadStatus, ClassUsageStatus},
-    usage::{Advice, ClassUsage, FindingKind},
+    usage::{human_seconds, Advice, ClassUsage, FindingKind},
 };
 
 /// What the operator knows of a Bulkhead's use when it builds the status.
@@ -115,7 +115,7 @@ pub fn sized_condition(sizing: &Sizing) -> DesiredCondition {
             format!(
                 "no finding over the last {} ({} proxy replica(s) reported): every class's reservation and \
                  ceiling match its use",
-                duration(advice.window_seconds),
+                human_seconds(advice.window_seconds),
                 advice.replicas_seen
             ),
         );
@@ -167,7 +167,7 @@ pub fn isolated_in_use_condition(sizing: &Sizing) -> DesiredCondition {
             reason::NO_SATURATION,
             format!(
                 "no class reached its ceiling in the last {}: there was no saturation to test isolation against",
-                duration(advice.window_seconds)
+                human_seconds(advice.window_seconds)
             ),
         );
     }
@@ -178,7 +178,7 @@ pub fn isolated_in_use_condition(sizing: &Sizing) -> DesiredCondition {
         bounded(format!(
             "while {} sat at its ceiling in the last {}, no other class's latency rose",
             saturated.join(", "),
-            duration(advice.window_seconds)
+            human_seconds(advice.window_seconds)
         )),
     )
 }
@@ -194,7 +194,7 @@ fn unknown<'a>(type_: &str, sizing: &'a Sizing) -> Result<&'a Advice, DesiredCon
             format!(
                 "no proxy of Bulkhead {} reported in the last {}",
                 advice.bulkhead,
-                duration(advice.window_seconds)
+                human_seconds(advice.window_seconds)
             ),
         )),
         Sizing::NoTelemetry(why) => {
@@ -240,23 +240,6 @@ fn bounded(mut message: String) -> String {
         message.push_str("...");
     }
     message
-}
-
-/// Seconds as a person writes a window: 7d, 10m, 1h30m.
-pub fn duration(seconds: u64) -> String {
-    if seconds == 0 {
-        return "0s".to_string();
-    }
-    let units = [(86_400, "d"), (3_600, "h"), (60, "m"), (1, "s")];
-    let mut rest = seconds;
-    let mut out = String::new();
-    for (size, unit) in units {
-        if rest >= size {
-            out.push_str(&format!("{}{unit}", rest / size));
-            rest %= size;
-        }
-    }
-    out
 }
 
 #[cfg(test)]

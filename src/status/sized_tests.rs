@@ -198,10 +198,3 @@ fn messages_stay_bounded() {
     let c = sized_condition(&Sizing::Advised(advice(vec![finding(FindingKind::StarvedAtCeiling, "checkout", &long)])));
     assert!(c.message.len() <= 1024, "{}", c.message.len());
 }
-
-#[test]
-fn windows_read_as_people_write_them() {
-    assert_eq!(duration(7 * 86_400), "7d");
-    assert_eq!(duration(600), "10m");
-    assert_eq!(duration(5_400), "1h30m");
-}
