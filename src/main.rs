@@ -118,6 +118,9 @@ enum Command {
         /// The Bulkhead to advise on when the files hold several.
         #[arg(long, value_name = "NAME")]
         bulkhead: Option<String>,
+        /// The longest one query may take (a week of a large fleet takes Prometheus tens of seconds).
+        #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_window)]
+        query_timeout: std::time::Duration,
         #[arg(short = 'o', long = "output", value_enum, default_value = "text")]
         output: AdviseFormat,
     },
@@ -244,8 +247,15 @@ fn main() -> ExitCode {
         Command::Plan { files, output, config } => plan(&files, output, &config.into()),
         Command::Check { files, output, strict, config } => check(&files, output, strict, &config.into()),
         Command::Shard { nodes, shard_size, tenants, output } => shard(nodes, shard_size, tenants, output),
-        Command::Advise { files, prometheus, window, step, bulkhead, output } => {
-            advise(&files, &prometheus, window, step, bulkhead.as_deref(), output)
+        Command::Advise { files, prometheus, window, step, bulkhead, query_timeout, output } => {
+            let client = match bulkhead::prometheus::PrometheusClient::new(&prometheus) {
+                Ok(c) => c.with_timeout(query_timeout),
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(EXIT_INVALID_INPUT);
+                }
+            };
+            advise(&files, &client, window, step, bulkhead.as_deref(), output)
         }
     }
 }
@@ -390,7 +400,7 @@ fn check(files: &[PathBuf], output: OutputFormat, strict: bool, config: &Config)
 
 fn advise(
     files: &[PathBuf],
-    prometheus: &str,
+    client: &bulkhead::prometheus::PrometheusClient,
     window: std::time::Duration,
     step: Option<std::time::Duration>,
     name: Option<&str>,
@@ -415,16 +425,12 @@ fn advise(
             }
         });
     };
-    let client = match bulkhead::prometheus::PrometheusClient::new(prometheus) {
-        Ok(c) => c,
-        Err(e) => return bad(e.to_string()),
-    };
     let options = bulkhead::prometheus::AdviseOptions { step, ..Default::default() };
     let result = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")
-        .map(|rt| rt.block_on(bulkhead::prometheus::advise_with(&client, bulkhead, window, &options)));
+        .map(|rt| rt.block_on(bulkhead::prometheus::advise_with(client, bulkhead, window, &options)));
     let advice = match result {
         Ok(Ok(advice)) => advice,
         Ok(Err(e)) => {
