@@ -17,6 +17,7 @@ use k8s_openapi::api::{
     apps::v1::{Deployment, StatefulSet},
     autoscaling::v1::HorizontalPodAutoscaler,
     core::v1::{ConfigMap, Endpoints, Namespace, Node, Pod, ResourceQuota, Service},
+    discovery::v1::EndpointSlice,
     node::v1::RuntimeClass,
     scheduling::v1::PriorityClass,
 };
@@ -303,6 +304,7 @@ impl Loader {
             "Pod" => snapshot.apply(&decode::<Pod>(value)?),
             "Service" => snapshot.apply(&decode::<Service>(value)?),
             "Endpoints" => snapshot.apply(&decode::<Endpoints>(value)?),
+            "EndpointSlice" => snapshot.apply(&decode::<EndpointSlice>(as_slice_v1(value))?),
             "RuntimeClass" => snapshot.apply(&decode::<RuntimeClass>(value)?),
             "ConfigMap" => snapshot.apply(&decode::<ConfigMap>(value)?),
             "ResourceQuota" => snapshot.apply(&decode::<ResourceQuota>(value)?),
@@ -311,6 +313,15 @@ impl Loader {
         }
         Ok(())
     }
+}
+
+/// v1beta1 (all that 1.20 serves) has the fields the audit reads as v1 has
+/// them (addresses, conditions, targetRef): read it as v1.
+fn as_slice_v1(mut value: Value) -> Value {
+    if let Some(v) = value.get_mut("apiVersion") {
+        *v = Value::String("discovery.k8s.io/v1".into());
+    }
+    value
 }
 
 fn fingerprint(value: &Value) -> u64 {
@@ -327,6 +338,7 @@ fn expected_group(kind: &str) -> Option<&'static str> {
         "Namespace" | "Node" | "Pod" | "Service" | "Endpoints" | "ConfigMap" | "ResourceQuota" => "",
         "Deployment" | "StatefulSet" => "apps",
         "HorizontalPodAutoscaler" => "autoscaling",
+        "EndpointSlice" => "discovery.k8s.io",
         "RuntimeClass" => "node.k8s.io",
         "PriorityClass" => "scheduling.k8s.io",
         _ => return None,
