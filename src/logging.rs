@@ -14,8 +14,10 @@ pub enum LogFormat {
 /// logs its own ERROR line per failed request ("failed with error client
 /// error (Connect)"). Each such failure reaches the caller, which logs it with
 /// what failed (a watch's kind and next retry, a Bulkhead's reconcile, an
-/// Event, the Lease) and counts it: the line said the same again with less,
-/// and was half of the log while the API server was unreachable.
+/// Event, the Lease) and counts it (the controller's own Bulkhead watch logs
+/// at debug: the snapshot's Bulkhead watch reports the same failures at WARN):
+/// the line said the same again with less, and was half of the log while the
+/// API server was unreachable.
 /// `RUST_LOG=info,kube_client=info` shows it again.
 pub const QUIET_KUBE_CLIENT: &str = "kube_client::client::builder=off";
 
