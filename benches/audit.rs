@@ -105,7 +105,7 @@ fn bulkhead() -> Bulkhead {
             )
         })
         .collect();
-    serde_yaml::from_str(&format!(
+    serde_saphyr::from_str(&format!(
         "apiVersion: bulkhead.dev/v1alpha1\nkind: Bulkhead\nmetadata: {{name: bench}}\nspec:\n  dimension: Tenant\n  layers: [Process, Node, Kernel, Zone, Host, Database]\n  pool: {{resource: connections, capacity: 1000}}\n  classes:\n{classes}"
     ))
     .expect("bench bulkhead")

@@ -463,7 +463,7 @@ fn advise(
 
 fn print_list(list: &serde_json::Value, output: OutputFormat) -> anyhow::Result<()> {
     let text = match output {
-        OutputFormat::Yaml => serde_yaml::to_string(list)?,
+        OutputFormat::Yaml => bulkhead::crd::to_yaml(list)?,
         OutputFormat::Json => serde_json::to_string_pretty(list)? + "\n",
     };
     print!("{text}");

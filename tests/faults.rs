@@ -1109,7 +1109,7 @@ async fn malformed_bulkheads_are_refused_by_field_and_good_ones_unaffected() {
     let good_tenant = format!("{}-good-tenant", case.id);
     docs.push(json!({"apiVersion": "bulkhead.dev/v1alpha1", "kind": "Bulkhead", "metadata": {"name": good_tenant}, "spec": {"dimension": "Tenant", "pool": {"resource": "connections", "capacity": 100}, "classes": [{"name": "a", "reserved": 10, "critical": true}]}}));
     let mut list = json!({"apiVersion": "v1", "kind": "List", "items": docs});
-    let good_yaml: Value = serde_yaml::from_str(&good).expect("yaml");
+    let good_yaml: Value = serde_saphyr::from_str(&good).expect("yaml");
     list["items"].as_array_mut().expect("items").push(good_yaml);
     let started = Instant::now();
     cp.apply_yaml(&serde_json::to_string(&list).expect("json"));

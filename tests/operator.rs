@@ -438,9 +438,10 @@ async fn the_examples_apply_and_report_status() {
         .iter()
         .map(|f| {
             let text = std::fs::read_to_string(root.join(format!("examples/{f}.yaml"))).expect("example");
-            let bh: Bulkhead = serde_yaml::Deserializer::from_str(&text)
-                .filter_map(|d| serde::Deserialize::deserialize(d).ok())
-                .find_map(|v: serde_yaml::Value| serde_yaml::from_value::<Bulkhead>(v).ok())
+            let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text).expect("example YAML");
+            let bh: Bulkhead = docs
+                .into_iter()
+                .find_map(|v| serde_json::from_value::<Bulkhead>(v).ok())
                 .expect("a Bulkhead in the example");
             bh.metadata.name.expect("named")
         })

@@ -328,6 +328,7 @@ fn least_privilege_is_exact(cp: &ControlPlane) {
         ("pods", "", "list watch"),
         ("services", "", "list watch"),
         ("endpoints", "", "list watch"),
+        ("endpointslices.discovery.k8s.io", "", "list watch"),
         ("horizontalpodautoscalers.autoscaling", "", "list watch"),
         ("runtimeclasses.node.k8s.io", "", "list watch"),
     ];

@@ -65,8 +65,7 @@ fn add_service(r: &mut Resolution, key: &ObjectKey, snapshot: &Snapshot) {
         return;
     }
     r.identities.insert(format!("service:{key}"), format!("Service {key}"));
-    let mut backends: Vec<(String, Option<String>)> =
-        snapshot.endpoints.get(key).map(|e| e.backends.clone()).unwrap_or_default();
+    let mut backends = snapshot.backends_of(key);
     if backends.is_empty() {
         if let Some(selector) = &svc.selector {
             let matcher = Matcher::from_labels(selector);
@@ -86,7 +85,7 @@ fn add_service(r: &mut Resolution, key: &ObjectKey, snapshot: &Snapshot) {
             Some(p) => format!("backend {ip} (pod {p})"),
             None => format!("backend {ip}"),
         };
-        // Hand-written Endpoints may point outside the cluster.
+        // Hand-written Endpoints (or slices) may point outside the cluster.
         let known_pod = pod.is_some() || snapshot.pods.values().any(|p| p.ip.as_deref() == Some(ip.as_str()));
         if !known_pod {
             r.doubts.push(format!("Service {key} sends to {ip}, which is not a pod the cluster knows"));

@@ -335,7 +335,7 @@ mod tests {
 
     fn spec(classes: &[&str]) -> BulkheadSpec {
         let classes: Vec<String> = classes.iter().map(|c| format!("{{name: {c}, reserved: 1}}")).collect();
-        serde_yaml::from_str(&format!(
+        serde_saphyr::from_str(&format!(
             "dimension: Tenant\npool: {{resource: c, capacity: 10}}\nclasses: [{}]",
             classes.join(", ")
         ))

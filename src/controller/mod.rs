@@ -5,6 +5,7 @@
 
 mod apply;
 mod audits;
+mod backend_source;
 mod backoff;
 mod error;
 mod events;

@@ -17,6 +17,7 @@ use k8s_openapi::api::{
     apps::v1::{Deployment, StatefulSet},
     autoscaling::v1::HorizontalPodAutoscaler,
     core::v1::{ConfigMap, Endpoints, Namespace, Node, Pod, ResourceQuota, Service},
+    discovery::v1::EndpointSlice,
     node::v1::RuntimeClass,
     scheduling::v1::PriorityClass,
 };
@@ -28,9 +29,10 @@ use kube::{
 use prometheus_client::metrics::{counter::Counter, family::Family};
 use serde::de::DeserializeOwned;
 use tokio::sync::{Notify, RwLock};
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use super::{
+    backend_source::{self, BackendSource},
     metrics::KindLabels,
     watch_backoff::{Failure, WatchBackoff},
 };
@@ -134,7 +136,7 @@ pub fn start(client: &Client) -> Arc<SharedSnapshot> {
     spawn::<Node>(Api::all(client.clone()), all.clone(), shared.clone());
     spawn::<Pod>(Api::all(client.clone()), all.clone(), shared.clone());
     spawn::<Service>(Api::all(client.clone()), all.clone(), shared.clone());
-    spawn::<Endpoints>(Api::all(client.clone()), all.clone(), shared.clone());
+    spawn_backends(client.clone(), all.clone(), shared.clone());
     spawn::<RuntimeClass>(Api::all(client.clone()), all, shared.clone());
     spawn_seniority(Api::all(client.clone()), shared.clone());
     shared
@@ -154,7 +156,7 @@ fn spawn_seniority(api: Api<PartialObjectMeta<Bulkhead>>, shared: Arc<SharedSnap
             let event = match event {
                 Ok(event) => event,
                 Err(e) => {
-                    wait_to_retry(&mut retry, "Bulkhead", &e, &shared).await;
+                    wait_to_retry(&mut retry, "Bulkhead", Failure::of(&e), &e, &shared).await;
                     continue;
                 }
             };
@@ -205,11 +207,38 @@ fn spawn_seniority(api: Api<PartialObjectMeta<Bulkhead>>, shared: Arc<SharedSnap
 
 /// One WARN line per failed attempt, with the wait before the next one;
 /// the watcher is not polled meanwhile, so it does not retry sooner.
-async fn wait_to_retry(retry: &mut WatchBackoff, kind: &str, error: &watcher::Error, shared: &SharedSnapshot) {
+async fn wait_to_retry(
+    retry: &mut WatchBackoff,
+    kind: &str,
+    failure: Failure,
+    error: &(dyn std::error::Error + Send + Sync + 'static),
+    shared: &SharedSnapshot,
+) {
     shared.watch_failures.get_or_create(&KindLabels { kind: kind.to_owned() }).inc();
-    let wait = retry.failed(Failure::of(error), std::time::Instant::now());
+    let wait = retry.failed(failure, std::time::Instant::now());
     warn!(%kind, error = %crate::error_chain::Chain(error), retry_in = ?wait, "watch failed");
     tokio::time::sleep(wait).await;
+}
+
+/// Services' backends: asks the API server which source it serves (see
+/// `backend_source`), retrying as a failed watch does, then watches that one.
+/// Counted as pending from the start, so nothing is planned before it lists.
+fn spawn_backends(client: Client, config: watcher::Config, shared: Arc<SharedSnapshot>) {
+    shared.pending.fetch_add(1, Ordering::AcqRel);
+    tokio::spawn(async move {
+        let mut retry = WatchBackoff::default();
+        let source = loop {
+            match backend_source::discover(&client).await {
+                Ok(source) => break source,
+                Err(e) => wait_to_retry(&mut retry, "EndpointSlice", Failure::of_request(&e), &e, &shared).await,
+            }
+        };
+        info!(?source, "Service backends read from this source");
+        match source {
+            BackendSource::EndpointSlices => watch::<EndpointSlice>(Api::all(client), config, shared).await,
+            BackendSource::Endpoints => watch::<Endpoints>(Api::all(client), config, shared).await,
+        }
+    });
 }
 
 /// What a watched kind needs beyond the snapshot's index.
@@ -218,49 +247,119 @@ impl<K: Indexed + Clone + DeserializeOwned + Debug + Send + Sync + 'static> Watc
 
 fn spawn<K: Watched>(api: Api<K>, config: watcher::Config, shared: Arc<SharedSnapshot>) {
     shared.pending.fetch_add(1, Ordering::AcqRel);
-    tokio::spawn(async move {
-        let kind = K::kind(&()).to_string();
-        let is_pod = kind == "Pod";
-        let mut stream = watcher(api, config).boxed();
-        let mut retry = WatchBackoff::default();
-        let mut buffer: Option<BTreeMap<K::Key, K::Lean>> = None;
-        let mut listed_once = false;
-        while let Some(event) = stream.next().await {
-            let event = match event {
-                Ok(event) => event,
-                Err(e) => {
-                    // The snapshot keeps its last state meanwhile.
-                    wait_to_retry(&mut retry, &kind, &e, &shared).await;
-                    continue;
-                }
-            };
-            let mut snapshot = shared.snapshot.write().await;
-            match event {
-                watcher::Event::Init => buffer = Some(BTreeMap::new()),
-                watcher::Event::InitApply(obj) => {
-                    if let (Some(b), Some((key, lean))) = (buffer.as_mut(), snapshot.entry(&obj)) {
-                        b.insert(key, lean);
-                    }
-                }
-                watcher::Event::InitDone => {
-                    snapshot.reset::<K>(buffer.take().unwrap_or_default());
-                    if !listed_once {
-                        listed_once = true;
-                        shared.pending.fetch_sub(1, Ordering::AcqRel);
-                        if CHILD_KINDS.contains(&kind.as_str()) {
-                            shared.children_pending.fetch_sub(1, Ordering::AcqRel);
-                        }
-                        debug!(%kind, "initial list complete");
-                    }
-                }
-                watcher::Event::Apply(obj) => snapshot.apply(&obj),
-                watcher::Event::Delete(obj) => snapshot.delete(&obj),
+    tokio::spawn(watch(api, config, shared));
+}
+
+/// Keeps the kind's table current; its pending count was added by the caller.
+async fn watch<K: Watched>(api: Api<K>, config: watcher::Config, shared: Arc<SharedSnapshot>) {
+    let kind = K::kind(&()).to_string();
+    let is_pod = kind == "Pod";
+    let mut stream = watcher(api, config).boxed();
+    let mut retry = WatchBackoff::default();
+    let mut buffer: Option<BTreeMap<K::Key, K::Lean>> = None;
+    let mut listed_once = false;
+    while let Some(event) = stream.next().await {
+        let event = match event {
+            Ok(event) => event,
+            Err(e) => {
+                // The snapshot keeps its last state meanwhile.
+                wait_to_retry(&mut retry, &kind, Failure::of(&e), &e, &shared).await;
+                continue;
             }
-            if !is_pod {
-                shared.others.fetch_add(1, Ordering::AcqRel);
+        };
+        let mut snapshot = shared.snapshot.write().await;
+        match event {
+            watcher::Event::Init => buffer = Some(BTreeMap::new()),
+            watcher::Event::InitApply(obj) => {
+                if let (Some(b), Some((key, lean))) = (buffer.as_mut(), snapshot.entry(&obj)) {
+                    b.insert(key, lean);
+                }
             }
-            drop(snapshot);
-            shared.changed.notify_one();
+            watcher::Event::InitDone => {
+                snapshot.reset::<K>(buffer.take().unwrap_or_default());
+                if !listed_once {
+                    listed_once = true;
+                    shared.pending.fetch_sub(1, Ordering::AcqRel);
+                    if CHILD_KINDS.contains(&kind.as_str()) {
+                        shared.children_pending.fetch_sub(1, Ordering::AcqRel);
+                    }
+                    debug!(%kind, "initial list complete");
+                }
+            }
+            watcher::Event::Apply(obj) => snapshot.apply(&obj),
+            watcher::Event::Delete(obj) => snapshot.delete(&obj),
         }
-    });
+        if !is_pod {
+            shared.others.fetch_add(1, Ordering::AcqRel);
+        }
+        drop(snapshot);
+        shared.changed.notify_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use http::{Request, Response};
+    use kube::client::Body;
+    use serde_json::{json, Value};
+    use tower_test::mock;
+
+    use super::*;
+    use crate::snapshot::ObjectKey;
+
+    /// The backends' watch against a mock API server: discovery answered with
+    /// `discovery`, then the list the watch makes answered with `listed`.
+    /// Returns that list's path and the snapshot once listed.
+    async fn backends_with(discovery: (u16, Value), listed: Value) -> (String, Arc<SharedSnapshot>) {
+        let (service, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
+        let shared = Arc::new(SharedSnapshot::new());
+        spawn_backends(Client::new(service, "default"), watcher::Config::default(), shared.clone());
+        let answer = |code: u16, body: &Value| {
+            let body = serde_json::to_vec(body).expect("json");
+            Response::builder().status(code).body(Body::from(body)).expect("a response")
+        };
+        let (request, send) = handle.next_request().await.expect("discovery");
+        assert_eq!(request.uri().path(), "/apis/discovery.k8s.io/v1");
+        send.send_response(answer(discovery.0, &discovery.1));
+        let (request, send) = handle.next_request().await.expect("the list");
+        let path = request.uri().path().to_string();
+        send.send_response(answer(200, &listed));
+        for _ in 0..200 {
+            if shared.is_ready() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(shared.is_ready(), "listed");
+        (path, shared)
+    }
+
+    fn list(kind: &str, api_version: &str, items: Value) -> Value {
+        json!({"kind": format!("{kind}List"), "apiVersion": api_version, "metadata": {"resourceVersion": "7"}, "items": items})
+    }
+
+    #[tokio::test]
+    async fn a_server_that_serves_slices_is_watched_through_them() {
+        let resources = json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "discovery.k8s.io/v1",
+            "resources": [{"name": "endpointslices", "singularName": "", "namespaced": true, "kind": "EndpointSlice", "verbs": ["list", "watch"]}]});
+        let slice = json!({"metadata": {"name": "db-x1", "namespace": "shop", "labels": {"kubernetes.io/service-name": "db"}},
+            "addressType": "IPv4", "endpoints": [{"addresses": ["10.0.0.5"]}]});
+        let (path, shared) =
+            backends_with((200, resources), list("EndpointSlice", "discovery.k8s.io/v1", json!([slice]))).await;
+        assert_eq!(path, "/apis/discovery.k8s.io/v1/endpointslices");
+        let backends = shared.read().await.backends_of(&ObjectKey::new("shop", "db"));
+        assert_eq!(backends, [("10.0.0.5".to_string(), None)]);
+    }
+
+    #[tokio::test]
+    async fn a_server_without_v1_slices_is_watched_through_endpoints() {
+        let endpoints = json!({"metadata": {"name": "db", "namespace": "shop"},
+            "subsets": [{"addresses": [{"ip": "10.0.0.5"}]}]});
+        let not_found =
+            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404, "reason": "NotFound"});
+        let (path, shared) = backends_with((404, not_found), list("Endpoints", "v1", json!([endpoints]))).await;
+        assert_eq!(path, "/api/v1/endpoints");
+        let backends = shared.read().await.backends_of(&ObjectKey::new("shop", "db"));
+        assert_eq!(backends, [("10.0.0.5".to_string(), None)]);
+    }
 }

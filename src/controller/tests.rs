@@ -166,7 +166,7 @@ fn echo(seen: &Seen) -> (u16, Value) {
 }
 
 fn bulkhead(yaml: &str) -> Bulkhead {
-    serde_yaml::from_str(yaml).expect("fixture")
+    serde_saphyr::from_str(yaml).expect("fixture")
 }
 
 fn shop() -> Snapshot {

@@ -32,10 +32,16 @@ impl Failure {
     pub fn of(error: &kube::runtime::watcher::Error) -> Self {
         use kube::runtime::watcher::Error as W;
         match error {
-            W::InitialListFailed(kube::Error::Api(_))
-            | W::WatchStartFailed(kube::Error::Api(_))
-            | W::WatchFailed(kube::Error::Api(_))
-            | W::WatchError(_) => Failure::Answered,
+            W::InitialListFailed(e) | W::WatchStartFailed(e) | W::WatchFailed(e) => Self::of_request(e),
+            W::WatchError(_) => Failure::Answered,
+            _ => Failure::Unreachable,
+        }
+    }
+
+    /// One request's failure (API discovery before a watch).
+    pub fn of_request(error: &kube::Error) -> Self {
+        match error {
+            kube::Error::Api(_) => Failure::Answered,
             _ => Failure::Unreachable,
         }
     }

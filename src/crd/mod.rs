@@ -7,6 +7,7 @@ mod shard;
 mod spec;
 mod status;
 mod vocabulary;
+mod yaml;
 
 pub use conformance::schema_errors;
 pub use definition::{crd_yaml, definition};
@@ -14,6 +15,7 @@ pub use shard::*;
 pub use spec::*;
 pub use status::*;
 pub use vocabulary::*;
+pub use yaml::to_yaml;
 
 /// Label put on everything the operator writes, so cleanup finds exactly that.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";

@@ -59,7 +59,7 @@ fn event() -> impl Strategy<Value = Event> {
 /// `a_extra`: more fields of class a (a node group, say).
 fn bulkhead_with(version: u32, zone: bool, a_extra: &str) -> Bulkhead {
     let layers = if zone { "[Node, Zone]" } else { "[Node]" };
-    serde_yaml::from_str(&format!(
+    serde_saphyr::from_str(&format!(
         "apiVersion: bulkhead.dev/v1alpha1\nkind: Bulkhead\nmetadata: {{name: t, uid: u-1, resourceVersion: '{version}'}}\n\
          spec:\n  dimension: Tenant\n  layers: {layers}\n  pool: {{resource: connections, capacity: 100}}\n  classes:\n\
          \x20 - {{name: a, reserved: 1, pods: {{namespaceSelector: {{matchLabels: {{team: a}}}}}}{a_extra}}}\n\

@@ -4,7 +4,9 @@
 //!
 //! Limits, so that no input can hang the run or grow its memory:
 //! `MAX_INPUT_BYTES` over all inputs of a run, `MAX_DEPTH` levels of nesting,
-//! `MAX_VALUES` values in a run and `MAX_OBJECT_VALUES` in one object.
+//! `MAX_VALUES` values in a run and `MAX_OBJECT_VALUES` in one object. The
+//! text is scanned for them before serde-saphyr parses it; the parser's own
+//! budgets (`parse_options`) back the scan up and bound what aliases expand to.
 
 use std::{
     collections::BTreeMap,
@@ -17,11 +19,13 @@ use k8s_openapi::api::{
     apps::v1::{Deployment, StatefulSet},
     autoscaling::v1::HorizontalPodAutoscaler,
     core::v1::{ConfigMap, Endpoints, Namespace, Node, Pod, ResourceQuota, Service},
+    discovery::v1::EndpointSlice,
     node::v1::RuntimeClass,
     scheduling::v1::PriorityClass,
 };
-use serde::{de::DeserializeOwned, Deserialize};
+use serde::de::DeserializeOwned;
 use serde_json::Value;
+use serde_saphyr::Spanned;
 
 use crate::{
     crd::{schema_errors, Bulkhead},
@@ -31,9 +35,9 @@ use crate::{
 /// Most bytes read in one run, all inputs together (16 MiB: a `kubectl get -A
 /// -o yaml` of a few thousand pods). More is refused before it is parsed.
 pub const MAX_INPUT_BYTES: usize = 16 << 20;
-/// Deepest nesting of a document (a Deployment nests about 15 levels). The
-/// YAML parser's time grows with the square of flow nesting (`[[[[…`), so the
-/// text is scanned for it before parsing.
+/// Deepest nesting of a document (a Deployment nests about 15 levels). A
+/// YAML parser's time may grow with the square of flow nesting (`[[[[…`:
+/// serde_yaml's did), so the text is scanned for it before parsing.
 pub const MAX_DEPTH: usize = 64;
 /// Most values (scalars, lists, maps) in one run, estimated from the text
 /// before parsing: parsed values take about a hundred times their text.
@@ -200,17 +204,20 @@ impl Loader {
                 message,
             });
         }
-        for (i, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
-            let place = Place { file: path.to_path_buf(), document: i + 1, item: None };
-            let invalid = |message: String| LoadError::Invalid { place: place.clone(), message };
-            let value = serde_yaml::Value::deserialize(document).map_err(|e| invalid(format!("not YAML: {e}")))?;
+        let documents = Documents::of(text);
+        let parsed = serde_saphyr::from_multiple_with_options::<Spanned<Value>>(text, parse_options());
+        let values = parsed.map_err(|e| {
+            let line = e.location().map_or(1, |l| l.line() as usize);
+            let place = Place { file: path.to_path_buf(), document: documents.number(line), item: None };
+            LoadError::Invalid { place, message: parse_error(&e) }
+        })?;
+        // Empty documents (a trailing `---`) are skipped by the parser; the
+        // others keep the number a reader counts.
+        for Spanned { value, referenced, .. } in values {
+            let place =
+                Place { file: path.to_path_buf(), document: documents.number(referenced.line() as usize), item: None };
             if depth(&value) > MAX_DEPTH {
-                return Err(invalid(format!("nested more than {MAX_DEPTH} levels deep")));
-            }
-            let value: Value =
-                serde_json::to_value(value).map_err(|e| invalid(format!("not representable as JSON: {e}")))?;
-            if value.is_null() {
-                continue; // empty document (a trailing `---`)
+                return Err(LoadError::Invalid { place, message: format!("nested more than {MAX_DEPTH} levels deep") });
             }
             self.add_object(value, place)?;
         }
@@ -303,6 +310,7 @@ impl Loader {
             "Pod" => snapshot.apply(&decode::<Pod>(value)?),
             "Service" => snapshot.apply(&decode::<Service>(value)?),
             "Endpoints" => snapshot.apply(&decode::<Endpoints>(value)?),
+            "EndpointSlice" => snapshot.apply(&decode::<EndpointSlice>(as_slice_v1(value))?),
             "RuntimeClass" => snapshot.apply(&decode::<RuntimeClass>(value)?),
             "ConfigMap" => snapshot.apply(&decode::<ConfigMap>(value)?),
             "ResourceQuota" => snapshot.apply(&decode::<ResourceQuota>(value)?),
@@ -311,6 +319,15 @@ impl Loader {
         }
         Ok(())
     }
+}
+
+/// v1beta1 (all that 1.20 serves) has the fields the audit reads as v1 has
+/// them (addresses, conditions, targetRef): read it as v1.
+fn as_slice_v1(mut value: Value) -> Value {
+    if let Some(v) = value.get_mut("apiVersion") {
+        *v = Value::String("discovery.k8s.io/v1".into());
+    }
+    value
 }
 
 fn fingerprint(value: &Value) -> u64 {
@@ -327,6 +344,7 @@ fn expected_group(kind: &str) -> Option<&'static str> {
         "Namespace" | "Node" | "Pod" | "Service" | "Endpoints" | "ConfigMap" | "ResourceQuota" => "",
         "Deployment" | "StatefulSet" => "apps",
         "HorizontalPodAutoscaler" => "autoscaling",
+        "EndpointSlice" => "discovery.k8s.io",
         "RuntimeClass" => "node.k8s.io",
         "PriorityClass" => "scheduling.k8s.io",
         _ => return None,
@@ -393,12 +411,78 @@ fn count_values(value: &Value) -> usize {
 }
 
 /// Nesting depth of a parsed document.
-fn depth(value: &serde_yaml::Value) -> usize {
+fn depth(value: &Value) -> usize {
     match value {
-        serde_yaml::Value::Sequence(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
-        serde_yaml::Value::Mapping(map) => 1 + map.iter().map(|(k, v)| depth(k).max(depth(v))).max().unwrap_or(0),
-        serde_yaml::Value::Tagged(tagged) => depth(&tagged.value),
+        Value::Array(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
+        Value::Object(map) => 1 + map.values().map(depth).max().unwrap_or(0),
         _ => 0,
+    }
+}
+
+/// The parser's own budgets, past the pre-scan's limits: they only back it
+/// up (its defaults would refuse a large `kubectl get -A` dump: 250,000 nodes,
+/// 1,024 documents), so each is set beyond what the scan lets through.
+fn parse_options() -> serde_saphyr::Options {
+    serde_saphyr::options! {
+        // Errors name the line and column; the loader names the file and document.
+        with_snippet: false,
+        // Scalars read as serde_yaml (YAML 1.2) read them, as before: `y`,
+        // `on` and `no` are strings, and so are `0755` and `1_000`.
+        strict_booleans: true,
+        leading_zero_numbers_as_strings: true,
+        underscored_numbers_as_strings: true,
+        budget: serde_saphyr::budget! {
+            max_depth: 2 * MAX_DEPTH,
+            max_nodes: 2 * MAX_VALUES,
+            max_events: 4 * MAX_VALUES,
+            max_documents: MAX_VALUES,
+            // What aliases expand to is not in the text the scan counted: an
+            // expansion larger than one object may be is refused as it is
+            // replayed (at the default 1,000,000 an alias bomb took 13 s).
+            max_recorded_anchor_events: MAX_OBJECT_VALUES,
+        },
+        alias_limits: serde_saphyr::alias_limits! {
+            max_total_replayed_events: MAX_OBJECT_VALUES,
+        },
+    }
+}
+
+/// A nesting the pre-scan let through (it errs that way) but the parser's
+/// budget refused reads as the scan's own refusal; other errors as the parser says.
+fn parse_error(e: &serde_saphyr::Error) -> String {
+    use serde_saphyr::budget::BudgetBreach;
+    match e {
+        serde_saphyr::Error::Budget { breach: BudgetBreach::Depth { .. }, location } => {
+            format!("nested more than {MAX_DEPTH} levels deep at line {} column {}", location.line(), location.column())
+        }
+        _ => format!("not YAML: {e}"),
+    }
+}
+
+/// Where each document of a stream starts, by line, to number them as a
+/// reader does: the first document may start without `---`; every later one
+/// starts at a `---` line (YAML forbids one inside any scalar).
+struct Documents {
+    /// 1-based line of each document's start, in order.
+    starts: Vec<usize>,
+}
+
+impl Documents {
+    fn of(text: &str) -> Self {
+        let mut starts = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            let marker = line.strip_prefix("---").is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', '\t']));
+            let content = !line.trim().is_empty() && !line.starts_with(['#', '%']);
+            if marker || (starts.is_empty() && content) {
+                starts.push(i + 1);
+            }
+        }
+        Self { starts }
+    }
+
+    /// The 1-based number of the document holding `line`.
+    fn number(&self, line: usize) -> usize {
+        self.starts.partition_point(|&start| start <= line).max(1)
     }
 }
 

@@ -9,14 +9,15 @@ use k8s_openapi::api::{
     apps::v1::{Deployment, StatefulSet},
     autoscaling::v1::HorizontalPodAutoscaler,
     core::v1::{ConfigMap, Endpoints, Namespace, Node, Pod, ResourceQuota, Service},
+    discovery::v1::EndpointSlice,
     node::v1::RuntimeClass,
     scheduling::v1::PriorityClass,
 };
 use kube::{api::ObjectMeta, Resource, ResourceExt};
 
 use super::{
-    Autoscaler, Delta, EndpointsInfo, Interner, NamespaceInfo, NodeInfo, ObjectKey, PodInfo, RuntimeClassInfo,
-    ServiceInfo, Snapshot, Workload, WorkloadKind,
+    Autoscaler, Delta, EndpointSliceInfo, EndpointsInfo, Interner, NamespaceInfo, NodeInfo, ObjectKey, PodInfo,
+    RuntimeClassInfo, ServiceInfo, Snapshot, Workload, WorkloadKind,
 };
 use crate::crd::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 
@@ -194,6 +195,9 @@ indexed!(Node, cluster, NodeInfo, nodes, |node, interner| NodeInfo::from_node(no
 indexed!(Pod, namespaced, PodInfo, pods, |pod, interner| PodInfo::from_pod(pod, interner), delta: pod_delta);
 indexed!(Service, namespaced, ServiceInfo, services, |svc, _interner| ServiceInfo::from(svc));
 indexed!(Endpoints, namespaced, EndpointsInfo, endpoints, |ep, _interner| EndpointsInfo::from(ep));
+indexed!(EndpointSlice, namespaced, EndpointSliceInfo, endpoint_slices, |slice, _interner| EndpointSliceInfo::from(
+    slice
+));
 indexed!(RuntimeClass, cluster, RuntimeClassInfo, runtime_classes, |rc, _interner| RuntimeClassInfo::from(rc), delta: new_epoch_if_changed);
 // The operator's own children are kept whole (they are few), minus managedFields.
 indexed!(ConfigMap, namespaced, ConfigMap, config_maps, |cm, _interner| {

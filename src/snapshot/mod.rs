@@ -24,7 +24,10 @@ pub use index::{Indexed, Journaled};
 pub use interned::{InternedLabels, Interner, LabelLookup};
 pub use journal::{Cursor, Delta, Journal};
 pub use seniority::Seniority;
-pub use topology::{normalise_host, EndpointsInfo, NodeInfo, PodInfo, RuntimeClassInfo, ServiceInfo};
+pub use topology::{
+    normalise_host, EndpointSliceInfo, EndpointsInfo, NodeInfo, PodInfo, RuntimeClassInfo, ServiceInfo,
+    SERVICE_NAME_LABEL,
+};
 pub use workloads::{
     Autoscaler, Labels, NamespaceInfo, TemplatePlacement, Workload, WorkloadKind, PLACEMENT_ANNOTATION_PREFIX,
     PROXY_ANNOTATION_PREFIX,
@@ -71,7 +74,10 @@ pub struct Snapshot {
     /// Pods, ordered by namespace then name (a namespace is a contiguous range).
     pub pods: BTreeMap<ObjectKey, PodInfo>,
     pub services: BTreeMap<ObjectKey, ServiceInfo>,
+    /// core/v1 Endpoints, keyed as their Service (the fallback source of backends).
     pub endpoints: BTreeMap<ObjectKey, EndpointsInfo>,
+    /// EndpointSlices, keyed by their own namespace/name (a Service may have several).
+    pub endpoint_slices: BTreeMap<ObjectKey, EndpointSliceInfo>,
     pub runtime_classes: BTreeMap<String, RuntimeClassInfo>,
     /// Shares the label strings of watched pods and nodes.
     pub interner: Interner,
@@ -98,6 +104,22 @@ impl Snapshot {
 }
 
 impl Snapshot {
+    /// A Service's backends, from its Endpoints and its EndpointSlices (the
+    /// controller watches one or the other; files may hold both, which agree).
+    pub fn backends_of(&self, service: &ObjectKey) -> Vec<(String, Option<String>)> {
+        let mut backends: Vec<(String, Option<String>)> =
+            self.endpoints.get(service).map(|e| e.backends.clone()).unwrap_or_default();
+        let start = ObjectKey::new(service.namespace.as_str(), "");
+        for (_, slice) in self.endpoint_slices.range(start..).take_while(|(k, _)| k.namespace == service.namespace) {
+            if slice.service.as_deref() == Some(service.name.as_str()) {
+                backends.extend(slice.backends.iter().cloned());
+            }
+        }
+        backends.sort();
+        backends.dedup();
+        backends
+    }
+
     /// Pods of one namespace.
     pub fn pods_in<'a>(&'a self, namespace: &'a str) -> impl Iterator<Item = (&'a ObjectKey, &'a PodInfo)> + 'a {
         let start = ObjectKey::new(namespace, "");

@@ -1,10 +1,12 @@
 //! Lean forms of what the layer audit reads: nodes, pods, services, their
-//! endpoints and runtime classes.
+//! endpoints (EndpointSlices, or core/v1 Endpoints where slices are not
+//! served) and runtime classes.
 
 use std::sync::Arc;
 
 use k8s_openapi::api::{
-    core::v1::{Endpoints, Node, Pod, Service, Taint},
+    core::v1::{Endpoints, Node, ObjectReference, Pod, Service, Taint},
+    discovery::v1::EndpointSlice,
     node::v1::RuntimeClass,
 };
 
@@ -88,8 +90,8 @@ impl From<&Service> for ServiceInfo {
     }
 }
 
-/// Backends of a Service, from core/v1 Endpoints (served by every version the
-/// operator supports; EndpointSlices are not served by the 1.20 test server).
+/// Backends of a Service, from core/v1 Endpoints: the fallback where
+/// `discovery.k8s.io/v1` EndpointSlices are not served (the 1.20 test server).
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct EndpointsInfo {
     /// (ip, "namespace/pod" when the address names its pod)
@@ -101,16 +103,58 @@ impl From<&Endpoints> for EndpointsInfo {
         let mut backends = Vec::new();
         for subset in ep.subsets.iter().flatten() {
             for address in subset.addresses.iter().flatten().chain(subset.not_ready_addresses.iter().flatten()) {
-                let pod = address.target_ref.as_ref().filter(|r| r.kind.as_deref() == Some("Pod")).map(|r| {
-                    format!("{}/{}", r.namespace.clone().unwrap_or_default(), r.name.clone().unwrap_or_default())
-                });
-                backends.push((address.ip.clone(), pod));
+                backends.push((address.ip.clone(), pod_of(address.target_ref.as_ref())));
             }
         }
         backends.sort();
         backends.dedup();
         Self { backends }
     }
+}
+
+/// One EndpointSlice: part of a Service's backends (a Service may have several).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct EndpointSliceInfo {
+    /// The `kubernetes.io/service-name` label: None for a slice of no Service.
+    pub service: Option<String>,
+    /// As in [`EndpointsInfo::backends`].
+    pub backends: Vec<(String, Option<String>)>,
+}
+
+/// The label that ties an EndpointSlice to its Service.
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+impl From<&EndpointSlice> for EndpointSliceInfo {
+    fn from(slice: &EndpointSlice) -> Self {
+        let mut backends = Vec::new();
+        for endpoint in &slice.endpoints {
+            let conditions = endpoint.conditions.as_ref();
+            // Endpoints lists ready and not-ready addresses but drops a
+            // terminating pod (unless the Service publishes not-ready
+            // addresses, where the slice calls it ready): the same here, so
+            // both sources give the audit the same backends.
+            let terminating = conditions.and_then(|c| c.terminating).unwrap_or(false);
+            // Unset means true (the API's convention for both conditions).
+            let ready = conditions.and_then(|c| c.ready).unwrap_or(true);
+            if terminating && !ready {
+                continue;
+            }
+            for address in &endpoint.addresses {
+                backends.push((address.clone(), pod_of(endpoint.target_ref.as_ref())));
+            }
+        }
+        backends.sort();
+        backends.dedup();
+        let service = slice.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL)).cloned();
+        Self { service, backends }
+    }
+}
+
+/// "namespace/name" of the pod an address names.
+fn pod_of(target: Option<&ObjectReference>) -> Option<String> {
+    target
+        .filter(|r| r.kind.as_deref() == Some("Pod"))
+        .map(|r| format!("{}/{}", r.namespace.clone().unwrap_or_default(), r.name.clone().unwrap_or_default()))
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -16,7 +16,7 @@ use bulkhead::{
     status::{FUNDED, ISOLATED, READY},
 };
 use promql_parser::{label::MatchOp, util::walk_expr};
-use serde_yaml::Value;
+use serde_json::Value;
 
 use crate::chart_support::{self, exported, exported_by_proxy, find, helm, render, Selectors};
 
@@ -61,7 +61,7 @@ fn restricted_violations(pod: &Value) -> Vec<String> {
             v.push(format!("{host} is set"));
         }
     }
-    for volume in pod["volumes"].as_sequence().into_iter().flatten() {
+    for volume in pod["volumes"].as_array().into_iter().flatten() {
         let allowed = [
             "configMap",
             "csi",
@@ -73,14 +73,14 @@ fn restricted_violations(pod: &Value) -> Vec<String> {
             "secret",
             "name",
         ];
-        for key in volume.as_mapping().into_iter().flatten().filter_map(|(k, _)| k.as_str()) {
+        for key in volume.as_object().into_iter().flatten().map(|(k, _)| k.as_str()) {
             if !allowed.contains(&key) {
                 v.push(format!("volume type {key}"));
             }
         }
     }
     let pod_sc = &pod["securityContext"];
-    let containers = pod["containers"].as_sequence().into_iter().chain(pod["initContainers"].as_sequence()).flatten();
+    let containers = pod["containers"].as_array().into_iter().chain(pod["initContainers"].as_array()).flatten();
     for c in containers {
         let name = c["name"].as_str().unwrap_or("?");
         v.extend(restricted_container(c, pod_sc).into_iter().map(|e| format!("container {name}: {e}")));
@@ -110,16 +110,16 @@ fn restricted_container(c: &Value, pod_sc: &Value) -> Vec<String> {
         v.push(format!("seccompProfile is {seccomp:?}"));
     }
     let drop: Vec<&str> =
-        sc["capabilities"]["drop"].as_sequence().into_iter().flatten().filter_map(|x| x.as_str()).collect();
+        sc["capabilities"]["drop"].as_array().into_iter().flatten().filter_map(|x| x.as_str()).collect();
     if !drop.contains(&"ALL") {
         v.push("capabilities do not drop ALL".into());
     }
-    for add in sc["capabilities"]["add"].as_sequence().into_iter().flatten() {
+    for add in sc["capabilities"]["add"].as_array().into_iter().flatten() {
         if add.as_str() != Some("NET_BIND_SERVICE") {
             v.push(format!("capability {add:?} added"));
         }
     }
-    for port in c["ports"].as_sequence().into_iter().flatten() {
+    for port in c["ports"].as_array().into_iter().flatten() {
         if port["hostPort"].as_u64().is_some_and(|p| p != 0) {
             v.push("hostPort".into());
         }
@@ -134,11 +134,11 @@ fn the_operator_pod_meets_the_restricted_pod_security_standard() {
     let pod = &deployment["spec"]["template"]["spec"];
     assert_eq!(restricted_violations(pod), Vec::<String>::new());
     // Beyond restricted: nothing on the image's filesystem can be changed.
-    for c in pod["containers"].as_sequence().expect("containers") {
+    for c in pod["containers"].as_array().expect("containers") {
         assert_eq!(c["securityContext"]["readOnlyRootFilesystem"].as_bool(), Some(true), "{c:?}");
     }
     // The checker itself: a root, privileged, host-network pod fails on each count.
-    let bad: Value = serde_yaml::from_str(
+    let bad: Value = serde_saphyr::from_str(
         "hostNetwork: true\nvolumes: [{name: h, hostPath: {path: /}}]\ncontainers:\n- name: c\n  \
          securityContext: {privileged: true, runAsUser: 0, capabilities: {add: [SYS_ADMIN]}}\n  ports: [{containerPort: 80, hostPort: 80}]\n",
     )
@@ -162,7 +162,7 @@ fn the_operator_pod_meets_the_restricted_pod_security_standard() {
 
 /// The pod template of a Deployment after the operator injected the sidecar.
 fn injected_pod() -> Value {
-    let bulkhead: Bulkhead = serde_yaml::from_str(
+    let bulkhead: Bulkhead = serde_saphyr::from_str(
         "apiVersion: bulkhead.dev/v1alpha1\nkind: Bulkhead\nmetadata: {name: shop, uid: u-1}\nspec:\n  dimension: Dependency\n  \
          pool: {resource: requests, capacity: 100}\n  workload:\n    namespace: shop\n    selector: {matchLabels: {app: api}}\n    \
          proxy: {mode: Ingress, port: 8081, upstreamPort: 8080, metricsAddress: \"0.0.0.0:9902\"}\n  classes:\n  - {name: checkout, reserved: 40}\n  \
@@ -198,7 +198,7 @@ fn injected_pod() -> Value {
 #[test]
 fn the_injected_proxy_sidecar_meets_the_restricted_pod_security_standard_on_its_own() {
     let pod = &injected_pod();
-    let sidecars = pod["containers"].as_sequence().expect("containers");
+    let sidecars = pod["containers"].as_array().expect("containers");
     assert!(!sidecars.is_empty());
     for c in sidecars {
         // The injection leaves the pod's own security context to its owner:
@@ -206,7 +206,7 @@ fn the_injected_proxy_sidecar_meets_the_restricted_pod_security_standard_on_its_
         assert_eq!(restricted_container(c, &Value::Null), Vec::<String>::new(), "{c:?}");
         assert_eq!(c["securityContext"]["readOnlyRootFilesystem"].as_bool(), Some(true));
     }
-    for volume in pod["volumes"].as_sequence().into_iter().flatten() {
+    for volume in pod["volumes"].as_array().into_iter().flatten() {
         assert!(volume.get("configMap").is_some(), "the sidecar mounts only its ConfigMap: {volume:?}");
     }
 }
@@ -224,7 +224,7 @@ fn events_are_granted_in_namespace_default_only() {
         serde_json::json!([{"apiGroups": ["events.k8s.io", ""], "resources": ["events"], "verbs": ["create", "patch"]}])
     );
     for role in find(&docs, "ClusterRole") {
-        let text = serde_yaml::to_string(&role["rules"]).expect("yaml");
+        let text = bulkhead::crd::to_yaml(&role["rules"]).expect("yaml");
         assert!(!text.contains("events"), "no cluster-wide Events: {text}");
     }
     let binding =
@@ -245,11 +245,11 @@ fn monitoring_is_off_by_default_and_when_on_scrapes_the_service_and_alerts_on_ex
     let service = find(&docs, "Service")[0];
     let monitor = find(&docs, "ServiceMonitor")[0];
     assert_eq!(monitor["apiVersion"].as_str(), Some("monitoring.coreos.com/v1"));
-    for (k, v) in monitor["spec"]["selector"]["matchLabels"].as_mapping().expect("matchLabels") {
+    for (k, v) in monitor["spec"]["selector"]["matchLabels"].as_object().expect("matchLabels") {
         assert_eq!(&service["metadata"]["labels"][k], v, "the ServiceMonitor selects the metrics Service by {k:?}");
     }
     let port = monitor["spec"]["endpoints"][0]["port"].as_str().expect("port name");
-    assert!(service["spec"]["ports"].as_sequence().expect("ports").iter().any(|p| p["name"].as_str() == Some(port)));
+    assert!(service["spec"]["ports"].as_array().expect("ports").iter().any(|p| p["name"].as_str() == Some(port)));
     assert_eq!(monitor["spec"]["endpoints"][0]["path"].as_str(), Some("/metrics"));
     assert_eq!(monitor["spec"]["namespaceSelector"]["matchNames"][0], service["metadata"]["namespace"]);
 
@@ -259,8 +259,8 @@ fn monitoring_is_off_by_default_and_when_on_scrapes_the_service_and_alerts_on_ex
     exported.extend(by_proxy.clone());
     let conditions = [READY, FUNDED, ISOLATED];
     let mut alerts = Vec::new();
-    let rules = rule["spec"]["groups"].as_sequence().expect("groups").iter();
-    for r in rules.flat_map(|g| g["rules"].as_sequence().expect("rules")) {
+    let rules = rule["spec"]["groups"].as_array().expect("groups").iter();
+    for r in rules.flat_map(|g| g["rules"].as_array().expect("rules")) {
         let alert = r["alert"].as_str().expect("alert name");
         alerts.push(alert.to_string());
         let expr = r["expr"].as_str().expect("expr");
@@ -311,7 +311,7 @@ fn monitoring_is_off_by_default_and_when_on_scrapes_the_service_and_alerts_on_ex
     // The usage alerts read the proxies' series, each Bulkhead's apart.
     let usage = &rule["spec"]["groups"][1];
     assert_eq!(usage["name"].as_str(), Some("bulkhead-usage"));
-    for r in usage["rules"].as_sequence().expect("rules") {
+    for r in usage["rules"].as_array().expect("rules") {
         let parsed = promql_parser::parser::parse(r["expr"].as_str().expect("expr")).expect("parsed above");
         let mut selectors = Selectors::default();
         walk_expr(&mut selectors, &parsed).expect("walk");
@@ -396,7 +396,7 @@ fn security_contexts_default_to_restricted_and_openshift_can_leave_the_ids_out()
     ];
     for major in [3, 4] {
         let pod = deployment_pod(&render(major, &unset));
-        let text = serde_yaml::to_string(&pod).expect("yaml");
+        let text = bulkhead::crd::to_yaml(&pod).expect("yaml");
         for id in ["runAsUser", "runAsGroup", "fsGroup"] {
             assert!(!text.contains(id), "Helm {major}: {id} left in:\n{text}");
         }
@@ -433,7 +433,7 @@ fn extra_args_a_disruption_budget_and_topology_spread_are_optional_values() {
     let deployment = find(&docs, "Deployment")[0];
     let pod = &deployment["spec"]["template"]["spec"];
     let args: Vec<&str> =
-        pod["containers"][0]["args"].as_sequence().expect("args").iter().filter_map(Value::as_str).collect();
+        pod["containers"][0]["args"].as_array().expect("args").iter().filter_map(Value::as_str).collect();
     assert_eq!(args[args.len() - 2..], ["--lease-name", "bulkhead-b"], "{args:?}");
     let pdb = find(&docs, "PodDisruptionBudget")[0];
     assert_eq!(pdb["apiVersion"].as_str(), Some("policy/v1"));
@@ -443,7 +443,7 @@ fn extra_args_a_disruption_budget_and_topology_spread_are_optional_values() {
     let spread = &pod["topologySpreadConstraints"][0];
     assert_eq!(spread["topologyKey"].as_str(), Some("topology.kubernetes.io/zone"));
     for selector in [&pdb["spec"]["selector"]["matchLabels"], &spread["labelSelector"]["matchLabels"]] {
-        let selector = selector.as_mapping().expect("matchLabels");
+        let selector = selector.as_object().expect("matchLabels");
         assert!(!selector.is_empty());
         for (k, v) in selector {
             assert_eq!(&pod_labels[k], v, "selects the operator pods by {k:?}");
@@ -518,7 +518,7 @@ fn the_prometheus_annotations_go_when_a_service_monitor_scrapes() {
     let annotations = |args: &[&str]| {
         let docs = render(3, args);
         let service = find(&docs, "Service")[0];
-        service["metadata"]["annotations"].as_mapping().map(|m| m.len()).unwrap_or(0)
+        service["metadata"]["annotations"].as_object().map(|m| m.len()).unwrap_or(0)
     };
     assert_eq!(annotations(&[]), 3, "prometheus.io/scrape, port, path by default");
     assert_eq!(annotations(&["--set", "monitoring.serviceMonitor.enabled=true"]), 0);
@@ -544,10 +544,10 @@ fn the_pod_monitor_scrapes_the_port_the_operator_gives_the_sidecar() {
     let port = endpoint["port"].as_str().expect("port name");
     let pod = injected_pod();
     let named: Vec<&str> = pod["containers"]
-        .as_sequence()
+        .as_array()
         .expect("containers")
         .iter()
-        .flat_map(|c| c["ports"].as_sequence().into_iter().flatten())
+        .flat_map(|c| c["ports"].as_array().into_iter().flatten())
         .filter_map(|p| p["name"].as_str())
         .collect();
     assert!(named.contains(&port), "{port} is not a port of the injected sidecar: {named:?}");
@@ -588,13 +588,13 @@ fn the_chart_readme_documents_every_value() {
     let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let readme = std::fs::read_to_string(root.join("charts/bulkhead/README.md")).expect("charts/bulkhead/README.md");
     let values: Value =
-        serde_yaml::from_str(&std::fs::read_to_string(root.join("charts/bulkhead/values.yaml")).expect("values"))
+        serde_saphyr::from_str(&std::fs::read_to_string(root.join("charts/bulkhead/values.yaml")).expect("values"))
             .expect("yaml");
     fn leaves(prefix: &str, v: &Value, out: &mut Vec<String>) {
-        match v.as_mapping() {
+        match v.as_object() {
             Some(m) if !m.is_empty() => {
                 for (k, v) in m {
-                    let k = k.as_str().expect("string key");
+                    let k = k.as_str();
                     let path = if prefix.is_empty() { k.to_string() } else { format!("{prefix}.{k}") };
                     leaves(&path, v, out);
                 }
@@ -618,7 +618,7 @@ fn the_chart_readme_documents_every_value() {
 fn usage_analysis_is_off_by_default_and_passes_its_url_period_and_window() {
     let args = |docs: &[Value]| -> Vec<String> {
         deployment_pod(docs)["containers"][0]["args"]
-            .as_sequence()
+            .as_array()
             .expect("args")
             .iter()
             .filter_map(|a| a.as_str().map(String::from))

@@ -347,6 +347,45 @@ fn input_beyond_the_limits_is_refused_at_once() {
 }
 
 #[test]
+fn what_the_pre_scan_lets_through_the_parser_s_budgets_still_refuse_naming_the_limit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // One space per level: 200 levels within the scan's 256 columns.
+    let steps: String = (0..200).map(|i| format!("{}k{i}:\n", " ".repeat(i))).collect();
+    let (code, _, err) = check_text(dir.path(), &steps);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("document 1: nested more than 64 levels deep at line 129"), "{err}");
+
+    // An alias bomb: ten anchors of ten aliases each, 10^10 values once expanded.
+    let mut bomb = String::from("apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: shop}\nspec:\n  x:\n");
+    bomb.push_str("    a: &a [x, x, x, x, x, x, x, x, x, x]\n");
+    for i in 1..10u8 {
+        let (name, prev) = ((b'a' + i) as char, (b'a' + i - 1) as char);
+        bomb.push_str(&format!("    {name}: &{name} [{}]\n", vec![format!("*{prev}"); 10].join(", ")));
+    }
+    let started = Instant::now();
+    let (code, _, err) = check_text(dir.path(), &bomb);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("not YAML: budget breached: RecordedAnchorEvents"), "{err}");
+    // Not a timing test: a bound far above the expected time, so a hang fails.
+    assert!(started.elapsed() < Duration::from_secs(20));
+}
+
+#[test]
+fn errors_name_the_document_a_reader_counts_empty_ones_included() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let namespace = "apiVersion: v1\nkind: Namespace\nmetadata: {name: shop}\n";
+    // An empty document between two: the Pod is the third.
+    let text = format!("{namespace}---\n---\napiVersion: v1\nkind: Pod\nmetadata: {{name: p}}\n");
+    let (code, _, err) = check_text(dir.path(), &text);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("document 3: metadata.namespace: missing"), "{err}");
+    // A syntax error names its document, line and column.
+    let (code, _, err) = check_text(dir.path(), &format!("# a comment\n{namespace}---\nkind: [1, 2\n"));
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("document 2: not YAML: unclosed bracket '[' at line 6, column 7"), "{err}");
+}
+
+#[test]
 fn usage_errors_exit_3_never_2() {
     for args in [
         &["check"][..],

@@ -51,7 +51,7 @@ fn plan_reads_kubectl_lists_and_prints_yaml() {
     let (code, out, err) =
         bulkhead(&["plan", "-f", list.to_str().expect("path"), "-f", "examples/control-plane-lane.yaml"]);
     assert_eq!(code, 0, "{err}");
-    let list: serde_yaml::Value = serde_yaml::from_str(&out).expect("YAML");
+    let list: serde_json::Value = serde_saphyr::from_str(&out).expect("YAML");
     assert_eq!(list["kind"].as_str(), Some("List"));
     assert!(err.contains("ControlPlaneLane True"), "{err}");
 }

@@ -73,10 +73,7 @@ fn the_chart_lints_strictly() {
 #[test]
 fn the_chart_runs_the_operator_locked_down_with_least_privilege() {
     let rendered = helm(&["template"]);
-    let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&rendered)
-        .map(|d| serde::Deserialize::deserialize(d).expect("rendered YAML"))
-        .filter(|v: &serde_yaml::Value| !v.is_null())
-        .collect();
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&rendered).expect("rendered YAML");
     let kind = |k: &str| docs.iter().find(|d| d["kind"].as_str() == Some(k)).unwrap_or_else(|| panic!("no {k}"));
     let deployment = kind("Deployment");
     let pod = &deployment["spec"]["template"]["spec"];
@@ -99,10 +96,10 @@ fn the_chart_runs_the_operator_locked_down_with_least_privilege() {
         .find(|d| d["kind"].as_str() == Some("ClusterRole") && d["metadata"]["name"].as_str() == Some(bound))
         .expect("the bound ClusterRole");
     let mut writes = Vec::new();
-    for rule in role["rules"].as_sequence().expect("rules") {
-        let verbs: Vec<&str> = rule["verbs"].as_sequence().expect("verbs").iter().filter_map(|v| v.as_str()).collect();
+    for rule in role["rules"].as_array().expect("rules") {
+        let verbs: Vec<&str> = rule["verbs"].as_array().expect("verbs").iter().filter_map(|v| v.as_str()).collect();
         assert!(!verbs.contains(&"*"), "no wildcard verbs");
-        for r in rule["resources"].as_sequence().expect("resources") {
+        for r in rule["resources"].as_array().expect("resources") {
             let r = r.as_str().expect("resource");
             assert_ne!(r, "*", "no wildcard resources");
             if verbs.iter().any(|v| matches!(*v, "create" | "update" | "patch" | "delete")) {
@@ -134,7 +131,7 @@ fn the_chart_runs_the_operator_locked_down_with_least_privilege() {
 #[test]
 fn explain_text_and_columns_speak_to_users() {
     let yaml = bulkhead::crd::crd_yaml();
-    let crd: serde_json::Value = serde_yaml::from_str(&yaml).expect("CRD YAML");
+    let crd: serde_json::Value = serde_saphyr::from_str(&yaml).expect("CRD YAML");
     let mut descriptions = Vec::new();
     fn collect(v: &serde_json::Value, out: &mut Vec<String>) {
         match v {

@@ -16,7 +16,7 @@ fn audit(bulkhead: &Bulkhead, snapshot: &Snapshot, config: &AuditConfig) -> Audi
 }
 
 fn bulkhead(classes: &str, layers: &str) -> Bulkhead {
-    serde_yaml::from_str(&format!(
+    serde_saphyr::from_str(&format!(
         "apiVersion: bulkhead.dev/v1alpha1\nkind: Bulkhead\nmetadata: {{name: t}}\nspec:\n  dimension: Dependency\n  layers: {layers}\n  pool: {{resource: connections, capacity: 100}}\n  classes:\n{classes}"
     ))
     .expect("fixture")
@@ -219,7 +219,7 @@ fn overlapping_selectors_share_a_process() {
 fn classes_in_the_workloads_pods_share_its_process_by_declaration() {
     let mut bh = bulkhead("  - {name: checkout, reserved: 10}\n  - {name: search, reserved: 10}\n", "[Process]");
     bh.spec.workload =
-        Some(serde_yaml::from_str("{namespace: shop, selector: {matchLabels: {app: api}}}").expect("wl"));
+        Some(serde_saphyr::from_str("{namespace: shop, selector: {matchLabels: {app: api}}}").expect("wl"));
     let c = Cluster::new();
     let l = layer(&bh, &c, Layer::Process);
     assert_eq!(l.state, LayerState::Shared);

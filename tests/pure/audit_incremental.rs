@@ -84,7 +84,7 @@ fn bulkhead(workload: bool) -> Bulkhead {
         classes.push_str("  - {name: a, reserved: 1}\n  - {name: b, reserved: 1}\n");
         spec_workload = "  workload: {namespace: shop, selector: {matchLabels: {app: api}}}\n".to_string();
     }
-    serde_yaml::from_str(&format!(
+    serde_saphyr::from_str(&format!(
         "apiVersion: bulkhead.dev/v1alpha1\nkind: Bulkhead\nmetadata: {{name: t}}\nspec:\n  dimension: Dependency\n  layers: [Process, Node, Kernel, Zone, Host, Database]\n  pool: {{resource: connections, capacity: 100}}\n{spec_workload}  classes:\n{classes}"
     ))
     .expect("fixture")

@@ -30,7 +30,7 @@ fn check_exit(text: &str) -> u8 {
 }
 
 fn yaml(value: &Value) -> String {
-    serde_yaml::to_string(value).expect("a JSON value is YAML")
+    bulkhead::crd::to_yaml(value).expect("a JSON value is YAML")
 }
 
 /// A valid Bulkhead: funded, two classes, the first critical.

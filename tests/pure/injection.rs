@@ -18,7 +18,7 @@ fn plan(bulkhead: &Bulkhead, snapshot: &Snapshot) -> Plan {
 }
 
 fn bulkhead(proxy: &str, capacity: u32) -> Bulkhead {
-    serde_yaml::from_str(&format!(
+    serde_saphyr::from_str(&format!(
         "apiVersion: bulkhead.dev/v1alpha1\nkind: Bulkhead\nmetadata: {{name: shop, uid: u-1}}\nspec:\n  dimension: Dependency\n  \
          pool: {{resource: requests, capacity: {capacity}}}\n  workload:\n    namespace: shop\n    selector: {{matchLabels: {{app: api}}}}\n    \
          proxy: {proxy}\n  classes:\n  - {{name: checkout, reserved: 40}}\n  - {{name: search, reserved: 30}}\n  \

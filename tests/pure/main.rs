@@ -11,6 +11,7 @@ mod audit_incremental;
 #[allow(dead_code)]
 mod chart_support;
 mod check_corpus;
+mod endpoint_slices;
 mod fixtures;
 mod injection;
 mod placement;

@@ -54,7 +54,7 @@ fn shop() -> Bulkhead {
 }
 
 fn bulkhead(classes: &str) -> Bulkhead {
-    serde_yaml::from_str(&format!(
+    serde_saphyr::from_str(&format!(
         "apiVersion: bulkhead.dev/v1alpha1\nkind: Bulkhead\nmetadata: {{name: shop, uid: u-1}}\nspec:\n  dimension: Criticality\n  pool: {{resource: connections, capacity: 100}}\n  classes:{classes}"
     ))
     .expect("fixture")

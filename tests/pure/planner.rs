@@ -21,7 +21,7 @@ fn plan(bulkhead: &Bulkhead, snapshot: &Snapshot) -> Plan {
 }
 
 fn bulkhead(yaml: &str) -> Bulkhead {
-    let mut bh: Bulkhead = serde_yaml::from_str(yaml).expect("fixture parses");
+    let mut bh: Bulkhead = serde_saphyr::from_str(yaml).expect("fixture parses");
     bh.metadata.uid.get_or_insert_with(|| "uid-1".into());
     bh.metadata.generation.get_or_insert(1);
     bh
@@ -170,7 +170,7 @@ fn fleet(reserved: &[u32], shared: u32, capacity: u32) -> Bulkhead {
     let mut bh = classes(reserved, Some(shared), capacity);
     bh.spec.pool.scope = bulkhead::crd::Scope::Fleet;
     bh.spec.workload =
-        Some(serde_yaml::from_str("{namespace: shop, selector: {matchLabels: {app: api}}}").expect("wl"));
+        Some(serde_saphyr::from_str("{namespace: shop, selector: {matchLabels: {app: api}}}").expect("wl"));
     bh
 }
 
@@ -251,7 +251,7 @@ fn duplicate_names_fleet_without_workload_and_quota_without_namespaces_are_named
     let mut bh = classes(&[10, 10], None, 100);
     bh.spec.classes[1].name = "c0".into();
     bh.spec.pool.scope = bulkhead::crd::Scope::Fleet;
-    bh.spec.classes[0].quota = Some(serde_yaml::from_str("{hard: {pods: '5'}}").expect("quota"));
+    bh.spec.classes[0].quota = Some(serde_saphyr::from_str("{hard: {pods: '5'}}").expect("quota"));
     let fields: Vec<String> = bulkhead::plan::validate(&Selection::parse(&bh)).into_iter().map(|e| e.field).collect();
     assert!(fields.contains(&"spec.classes[1].name".to_string()), "{fields:?}");
     assert!(fields.contains(&"spec.workload".to_string()), "{fields:?}");

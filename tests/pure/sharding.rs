@@ -30,7 +30,7 @@ fn saas(tenants: usize, shard_size: u32, extra: &str) -> Bulkhead {
     classes.push_str(
         "\n  - name: admin\n    reserved: 1\n    critical: true\n    pods: {namespaceSelector: {matchLabels: {team: saas}}, podSelector: {matchLabels: {app: admin}}}",
     );
-    serde_yaml::from_str(&format!(
+    serde_saphyr::from_str(&format!(
         "apiVersion: bulkhead.dev/v1alpha1\nkind: Bulkhead\nmetadata: {{name: saas, uid: u-1}}\nspec:\n  dimension: Tenant\n  layers: [Node]\n  pool: {{resource: connections, capacity: 1000}}\n  shuffleSharding: {{nodes: {{selector: {{matchLabels: {{pool: shared}}}}}}, shardSize: {shard_size}}}{extra}\n  classes:{classes}"
     ))
     .expect("fixture")
@@ -273,7 +273,7 @@ fn sharding_outside_the_tenant_dimension_or_beside_a_node_group_is_refused_by_fi
     let p = plan(&other, &snapshot);
     assert!(p.errors.iter().any(|e| e.field == "spec.shuffleSharding"), "{:?}", p.errors);
 
-    let grouped: Bulkhead = serde_yaml::from_str(
+    let grouped: Bulkhead = serde_saphyr::from_str(
         "apiVersion: bulkhead.dev/v1alpha1\nkind: Bulkhead\nmetadata: {name: saas}\nspec:\n  dimension: Tenant\n  pool: {resource: c, capacity: 10}\n  shuffleSharding: {nodes: {selector: {matchLabels: {pool: shared}}}, shardSize: 1}\n  classes:\n  - {name: a, reserved: 1, nodes: {selector: {}, count: 1}}\n",
     )
     .expect("fixture");

@@ -8,7 +8,7 @@ use std::{collections::BTreeMap, process::Command, sync::Arc};
 use bulkhead::{controller::Metrics, pool_config::PoolConfig, proxy};
 use promql_parser::parser::{Expr, VectorSelector};
 use promql_parser::util::ExprVisitor;
-use serde_yaml::Value;
+use serde_json::Value;
 
 /// Runs tests/helm ARGS with Helm `major`; panics with its output on failure.
 pub fn helm(major: u8, args: &[&str]) -> String {
@@ -37,10 +37,8 @@ pub fn render(major: u8, args: &[&str]) -> Vec<Value> {
     let mut all = vec!["template"];
     all.extend_from_slice(args);
     let rendered = helm(major, &all);
-    serde_yaml::Deserializer::from_str(&rendered)
-        .map(|d| serde::Deserialize::deserialize(d).expect("rendered YAML"))
-        .filter(|v: &Value| !v.is_null())
-        .collect()
+    // Empty documents (a template that renders nothing) are skipped.
+    serde_saphyr::from_multiple(&rendered).expect("rendered YAML")
 }
 
 pub fn find<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
@@ -72,7 +70,7 @@ pub fn exported() -> BTreeMap<String, Vec<String>> {
     )
     .expect("condition");
     m.record_conditions("bh", &[condition]);
-    let spec: bulkhead::crd::BulkheadSpec = serde_yaml::from_str(
+    let spec: bulkhead::crd::BulkheadSpec = serde_saphyr::from_str(
         "dimension: Tenant\npool: {resource: c, capacity: 10}\nclasses: [{name: a, reserved: 1}]\nlayers: [Node]",
     )
     .expect("spec");
