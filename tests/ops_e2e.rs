@@ -47,14 +47,7 @@ fn helm(major: u8, args: &[&str]) -> String {
         .arg(&cp.kubeconfig)
         .output()
         .expect("tests/helm runs");
-    assert!(
-        out.status.success(),
-        "helm {major} {} failed:\n{}\n{}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    support::chart::stdout_or_panic(&format!("helm {major} {}", args.join(" ")), out)
 }
 
 /// charts/bulkhead as of PREVIOUS_CHART_COMMIT, unpacked under the control plane's dir.

@@ -1,19 +1,8 @@
 //! The offline CLI as a user runs it: `bulkhead plan` and `bulkhead crd`, with
 //! no cluster.
 
-use std::process::Command;
-
 fn bulkhead(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_bulkhead"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("bulkhead runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    crate::bin::run(args, None)
 }
 
 #[test]

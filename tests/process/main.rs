@@ -4,6 +4,7 @@
 //! upstream and hostile clients (loopback only).
 //! `cargo test --test process proxy_hostile::` runs one file's tests.
 
+mod bin;
 mod check_gate;
 mod cli;
 mod errors;

@@ -1,8 +1,6 @@
 //! Generated and packaged artifacts stay true: the committed CRD matches the
 //! Rust types, the chart lints and renders as the README says. No cluster.
 
-use std::process::Command;
-
 fn root() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
@@ -53,15 +51,7 @@ fn the_crd_is_structural_and_describes_every_field() {
 }
 
 fn helm(args: &[&str]) -> String {
-    let out = Command::new(root().join("tests/helm")).args(args).output().expect("tests/helm runs");
-    assert!(
-        out.status.success(),
-        "tests/helm {} failed:\n{}\n{}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    crate::chart_support::helm(3, args)
 }
 
 #[test]

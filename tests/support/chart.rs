@@ -10,17 +10,21 @@ use promql_parser::parser::{Expr, VectorSelector};
 use promql_parser::util::ExprVisitor;
 use serde_json::Value;
 
-/// Runs tests/helm ARGS with Helm `major`; panics with its output on failure.
-pub fn helm(major: u8, args: &[&str]) -> String {
-    let out = helm_output(major, args);
+/// The stdout of a finished command; panics with both outputs, naming
+/// `what`, if it failed. Every Helm runner of the tests ends here.
+pub fn stdout_or_panic(what: &str, out: std::process::Output) -> String {
     assert!(
         out.status.success(),
-        "tests/helm {} (Helm {major}) failed:\n{}\n{}",
-        args.join(" "),
+        "{what} failed:\n{}\n{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs tests/helm ARGS with Helm `major`; panics with its output on failure.
+pub fn helm(major: u8, args: &[&str]) -> String {
+    stdout_or_panic(&format!("tests/helm {} (Helm {major})", args.join(" ")), helm_output(major, args))
 }
 
 pub fn helm_output(major: u8, args: &[&str]) -> std::process::Output {

@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod audit;
+pub mod chart;
 pub mod kubelet;
 pub mod operator;
 pub mod real_node;

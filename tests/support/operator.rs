@@ -42,14 +42,7 @@ pub fn helm_run(args: &[&str]) -> String {
         .current_dir(repo_root())
         .output()
         .expect("helm runs");
-    assert!(
-        out.status.success(),
-        "helm {} failed:\n{}\n{}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    super::chart::stdout_or_panic(&format!("helm {}", args.join(" ")), out)
 }
 
 static CHART: OnceLock<PathBuf> = OnceLock::new();
