@@ -55,9 +55,29 @@ pub struct SharedSnapshot {
     changed: Notify,
     /// Failed watch attempts by kind (`bulkhead_watch_failures_total`).
     pub watch_failures: Family<KindLabels, Counter>,
+    /// Each Bulkhead's latest `metadata.generation` as the metadata watch saw
+    /// it. The controller's own watch can lag behind it: after an API server
+    /// restart, a watch request it made while the server was starting was
+    /// held about 10 s. A reconcile whose copy is older reads the Bulkhead
+    /// afresh (`newer_spec`) instead of planning the old spec.
+    generations: std::sync::Mutex<std::collections::HashMap<String, i64>>,
 }
 
 impl SharedSnapshot {
+    /// Record the generation `meta` carries; true when it is newer than the last seen.
+    pub(crate) fn note_generation(&self, meta: &kube::api::ObjectMeta) -> bool {
+        let (Some(name), Some(generation)) = (meta.name.as_ref(), meta.generation) else { return false };
+        let mut known = self.generations.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let before = known.insert(name.clone(), generation);
+        before.is_some_and(|b| generation > b)
+    }
+
+    /// Whether the metadata watch has seen a newer spec of `name` than `generation`.
+    pub fn newer_spec(&self, name: &str, generation: Option<i64>) -> bool {
+        let known = self.generations.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        known.get(name).is_some_and(|seen| generation.is_none_or(|g| *seen > g))
+    }
+
     fn new() -> Self {
         Self {
             snapshot: RwLock::new(Snapshot::default()),
@@ -67,6 +87,7 @@ impl SharedSnapshot {
             others: AtomicU64::new(0),
             changed: Notify::new(),
             watch_failures: Family::default(),
+            generations: std::sync::Mutex::default(),
         }
     }
 
@@ -80,6 +101,7 @@ impl SharedSnapshot {
             others: AtomicU64::new(0),
             changed: Notify::new(),
             watch_failures: Family::default(),
+            generations: std::sync::Mutex::default(),
         })
     }
 
@@ -160,10 +182,19 @@ fn spawn_seniority(api: Api<PartialObjectMeta<Bulkhead>>, shared: Arc<SharedSnap
                     continue;
                 }
             };
+            // A new spec wakes the reconciles even where nothing else here
+            // changed: the controller's own watch may not have it yet.
+            let newer_spec = match &event {
+                watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) => shared.note_generation(&obj.metadata),
+                _ => false,
+            };
             // Most events are status writes, which change nothing here: do
             // not hold every reconcile up on the write lock for them.
             if let watcher::Event::Apply(obj) = &event {
                 if shared.snapshot.read().await.seniority.holds(&obj.metadata) {
+                    if newer_spec {
+                        shared.changed.notify_one();
+                    }
                     continue;
                 }
             }
@@ -181,6 +212,12 @@ fn spawn_seniority(api: Api<PartialObjectMeta<Bulkhead>>, shared: Arc<SharedSnap
                 }
                 watcher::Event::InitDone => {
                     let listed = buffer.take().unwrap_or_default();
+                    // Bulkheads deleted while the watch was down are not listed: forget them.
+                    shared
+                        .generations
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .retain(|name, _| listed.knows(name));
                     let changed = listed != snapshot.seniority;
                     snapshot.seniority = listed;
                     if !listed_once {
@@ -191,14 +228,21 @@ fn spawn_seniority(api: Api<PartialObjectMeta<Bulkhead>>, shared: Arc<SharedSnap
                     changed
                 }
                 watcher::Event::Apply(obj) => snapshot.seniority.insert(&obj.metadata),
-                watcher::Event::Delete(obj) => snapshot.seniority.remove(&obj.name_any()),
+                watcher::Event::Delete(obj) => {
+                    shared
+                        .generations
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .remove(&obj.name_any());
+                    snapshot.seniority.remove(&obj.name_any())
+                }
             };
             if changed {
                 // The planner reads seniority: no kept evaluation outlives a change of it.
                 shared.others.fetch_add(1, Ordering::AcqRel);
             }
             drop(snapshot);
-            if changed {
+            if changed || newer_spec {
                 shared.changed.notify_one();
             }
         }

@@ -51,6 +51,17 @@ pub async fn reconcile(obj: Arc<DeserializeGuard<Bulkhead>>, ctx: Arc<Context>) 
 
 async fn reconcile_bulkhead(bulkhead: &Bulkhead, ctx: &Context) -> Result<Action, Error> {
     let name = bulkhead.metadata.name.clone().ok_or(Error::Unnamed("Bulkhead"))?;
+    // The controller's copy can lag the metadata watch (see `newer_spec`):
+    // plan the spec the API server holds, not the one this copy still has.
+    let fresh;
+    let bulkhead = if ctx.snapshot.newer_spec(&name, bulkhead.metadata.generation) {
+        let api = kube::Api::<Bulkhead>::all(ctx.client.clone());
+        fresh =
+            api.get(&name).await.map_err(|source| Error::Read { kind: "Bulkhead", object: name.clone(), source })?;
+        &fresh
+    } else {
+        bulkhead
+    };
     // Guard: deletion, an unlisted cluster, and the finalizer come first.
     if bulkhead.metadata.deletion_timestamp.is_some() {
         ctx.metrics.forget(&name, bulkhead.spec.classes.iter().map(|c| c.name.clone()));

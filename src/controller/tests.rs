@@ -70,6 +70,7 @@ async fn run_counted(
         usage: Arc::new(Usage::new(UsageOptions::disabled(), Arc::default())),
         audits: Arc::default(),
         metrics: Arc::default(),
+        generations: Vec::new(),
     };
     run_with(obj, snapshot, answer, metrics, &kept).await
 }
@@ -80,6 +81,8 @@ struct Kept {
     audits: Arc<super::audits::AuditCache>,
     /// Where the usage analyses are counted.
     metrics: Arc<Metrics>,
+    /// Generations the metadata watch has seen, by Bulkhead.
+    generations: Vec<(&'static str, i64)>,
 }
 
 /// `run`, counting into `metrics`, with the usage analyses in `usage`.
@@ -94,11 +97,19 @@ async fn run_with(
     let object = obj.0.as_ref().ok().map(|b| serde_json::to_value(b).expect("a Bulkhead serialises"));
     let (service, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
     let client = Client::new(service, "default");
+    let shared = SharedSnapshot::listed(snapshot);
+    for (name, generation) in &kept.generations {
+        shared.note_generation(&kube::api::ObjectMeta {
+            name: Some((*name).to_string()),
+            generation: Some(*generation),
+            ..Default::default()
+        });
+    }
     let ctx = Arc::new(Context {
         client: client.clone(),
         events: EventRecorder::new(client, Reporter { controller: "bulkhead".into(), instance: None }),
         metrics,
-        snapshot: SharedSnapshot::listed(snapshot),
+        snapshot: shared,
         config: Config::default(),
         memory: Memory {
             backoff: Backoff::default(),
@@ -450,7 +461,7 @@ fn analysed_by(
         UsageOptions { analyst: Some(Arc::new(move |_, _| analyst())), period, window: Duration::from_secs(604_800) },
         metrics.clone(),
     ));
-    Kept { usage, audits: Arc::default(), metrics }
+    Kept { usage, audits: Arc::default(), metrics, generations: Vec::new() }
 }
 
 /// The cluster as the last reconcile left it, the status as `write` sent it.
@@ -606,4 +617,43 @@ async fn an_unreachable_prometheus_is_no_telemetry_and_a_refused_query_a_failed_
         query: "up{".into(),
     };
     assert!(matches!(super::usage::sizing(Err(refused)), crate::status::Sizing::Failed(_)));
+}
+
+/// The controller's watch can lag the metadata watch (a request held while
+/// the API server restarts): a reconcile of an older copy reads the Bulkhead
+/// afresh and plans the spec the API server holds.
+#[tokio::test]
+async fn a_copy_older_than_the_metadata_watch_is_read_afresh() {
+    let stale = pooled();
+    let mut fresh = pooled();
+    fresh.metadata.generation = Some(2);
+    fresh.spec.pool.capacity = 120;
+    let fresh_json = serde_json::to_value(&fresh).expect("a Bulkhead serialises");
+    let kept = Kept {
+        usage: Arc::new(Usage::new(UsageOptions::disabled(), Arc::default())),
+        audits: Arc::default(),
+        metrics: Arc::default(),
+        generations: vec![("pools", 2)],
+    };
+    let (result, seen) = run_with(
+        DeserializeGuard(Ok(stale)),
+        shop(),
+        |s| match s.method.as_str() {
+            "GET" if s.path.starts_with("/apis/bulkhead.dev/v1alpha1/bulkheads/pools") => (200, fresh_json.clone()),
+            "GET" => not_found(),
+            _ => echo(s),
+        },
+        Arc::default(),
+        &kept,
+    )
+    .await;
+    result.expect("reconcile");
+    assert_eq!(seen[0].line(), "GET /apis/bulkhead.dev/v1alpha1/bulkheads/pools");
+    let config = seen
+        .iter()
+        .find(|s| s.method == "PATCH" && s.path.contains("/configmaps/"))
+        .expect("the pool config is applied");
+    let pools: Value =
+        serde_json::from_str(config.body["data"]["pools.json"].as_str().expect("pools.json")).expect("JSON");
+    assert_eq!(pools["capacity"], 120, "the fresh spec is planned, not the stale one");
 }
