@@ -8,7 +8,6 @@ mod artifacts;
 mod audit;
 mod audit_incremental;
 #[path = "../support/chart.rs"]
-#[allow(dead_code)]
 mod chart_support;
 mod check_corpus;
 mod endpoint_slices;
