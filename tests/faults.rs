@@ -112,9 +112,7 @@ fn writes_to(user: &str, since: &str, marker: &str) -> Vec<audit::Write> {
 }
 
 fn deployment(ns: &str, app: &str) -> String {
-    format!(
-        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {app}, namespace: {ns}}}\nspec:\n  replicas: 0\n  selector: {{matchLabels: {{app: {app}}}}}\n  template:\n    metadata: {{labels: {{app: {app}}}}}\n    spec: {{containers: [{{name: c, image: registry.k8s.io/pause:3.9}}]}}\n"
-    )
+    support::workload::DeploymentYaml::new(ns, app, 0).render()
 }
 
 fn bulkhead_yaml(name: &str, ns: &str, team: &str, pool: &str, counts: &[(&str, u32)]) -> String {

@@ -20,18 +20,7 @@ use support::{audit, condition, operator::Operator, unique_suffix, wait_for, Con
 const SETTLE: Duration = Duration::from_secs(30);
 
 fn deployment_yaml(ns: &str, name: &str, replicas: u32) -> String {
-    format!(
-        r#"apiVersion: apps/v1
-kind: Deployment
-metadata: {{name: {name}, namespace: {ns}}}
-spec:
-  replicas: {replicas}
-  selector: {{matchLabels: {{app: {name}}}}}
-  template:
-    metadata: {{labels: {{app: {name}}}}}
-    spec: {{containers: [{{name: c, image: registry.k8s.io/pause:3.9}}]}}
-"#
-    )
+    support::workload::DeploymentYaml::new(ns, name, replicas).render()
 }
 
 /// A Fleet-scoped Bulkhead: 200 connections, 4 × 30 reserved + 80 shared,

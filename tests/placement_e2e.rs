@@ -51,19 +51,11 @@ fn deployment(ns: &str, app: &str, replicas: u32) -> String {
         ),
         _ => String::new(),
     };
-    format!(
-        r#"apiVersion: apps/v1
-kind: Deployment
-metadata: {{name: {app}, namespace: {ns}}}
-spec:
-  replicas: {replicas}
-  selector: {{matchLabels: {{app: {app}}}}}
-  template:
-    metadata: {{labels: {{app: {app}}}}}
-    spec:
-{spread}      containers: [{{name: c, image: registry.k8s.io/pause:3.9}}]
-"#
-    )
+    support::workload::DeploymentYaml {
+        pod_spec_lines: &spread,
+        ..support::workload::DeploymentYaml::new(ns, app, replicas)
+    }
+    .render()
 }
 
 /// A StatefulSet of class reports, to show placement applies to both kinds.

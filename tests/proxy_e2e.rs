@@ -28,22 +28,12 @@ const SETTLE: Duration = Duration::from_secs(30);
 const HEADER: &str = "x-bulkhead-class";
 
 fn deployment(ns: &str, replicas: u32) -> String {
-    format!(
-        r#"apiVersion: apps/v1
-kind: Deployment
-metadata: {{name: api, namespace: {ns}}}
-spec:
-  replicas: {replicas}
-  selector: {{matchLabels: {{app: api}}}}
-  template:
-    metadata: {{labels: {{app: api}}}}
-    spec:
-      containers:
-      - name: app
-        image: registry.k8s.io/pause:3.9
-        ports: [{{containerPort: 8080}}]
-"#
-    )
+    support::workload::DeploymentYaml {
+        container: "app",
+        container_fields: "ports: [{containerPort: 8080}]",
+        ..support::workload::DeploymentYaml::new(ns, "api", replicas)
+    }
+    .render()
 }
 
 /// A Fleet pool over the `api` Deployment, with the sidecar in front of it.

@@ -45,9 +45,11 @@ fn deployments(ns: &str) -> String {
     (0..TENANTS)
         .map(|i| {
             let t = tenant(i);
-            format!(
-                "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {t}, namespace: {ns}}}\nspec:\n  replicas: 1\n  selector: {{matchLabels: {{tenant: {t}}}}}\n  template:\n    metadata: {{labels: {{tenant: {t}}}}}\n    spec:\n      containers: [{{name: c, image: registry.k8s.io/pause:3.9}}]\n"
-            )
+            support::workload::DeploymentYaml {
+                label: ("tenant", &t),
+                ..support::workload::DeploymentYaml::new(ns, &t, 1)
+            }
+            .render()
         })
         .collect::<Vec<_>>()
         .join("---\n")

@@ -10,6 +10,7 @@ pub mod chart;
 pub mod kubelet;
 pub mod operator;
 pub mod real_node;
+pub mod workload;
 
 use std::{
     path::{Path, PathBuf},
