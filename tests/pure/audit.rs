@@ -1,14 +1,15 @@
 //! The shared-layer audit, rule by rule, including the tricky cases. No cluster.
 
-use std::sync::Arc;
-
 use bulkhead::{
     audit::{host_of, Audit, AuditConfig},
     crd::{Bulkhead, Layer, LayerState, LayerStatus},
     select::Selection,
-    snapshot::{EndpointsInfo, NamespaceInfo, NodeInfo, ObjectKey, PodInfo, RuntimeClassInfo, ServiceInfo, Snapshot},
+    snapshot::Snapshot,
     status::{isolated_condition, ConditionStatus as Status},
 };
+use serde_json::json;
+
+use crate::fixtures::{mk_endpoints, mk_namespace, mk_node, mk_pod_with, mk_runtime_class, mk_service};
 
 /// The audit as the controller runs it: selectors parsed once, then audited.
 fn audit(bulkhead: &Bulkhead, snapshot: &Snapshot, config: &AuditConfig) -> Audit {
@@ -30,21 +31,17 @@ fn two_classes(layers: &str) -> Bulkhead {
     )
 }
 
+/// Namespace `shop` and what each test adds, through `Snapshot::apply`.
 struct Cluster(Snapshot);
 
 impl Cluster {
     fn new() -> Self {
         let mut s = Snapshot::default();
-        s.namespaces.insert("shop".into(), NamespaceInfo { name: "shop".into(), ..Default::default() });
+        s.apply(&mk_namespace("shop", &[]));
         Cluster(s)
     }
     fn node(&mut self, name: &str, labels: &[(&str, &str)]) -> &mut Self {
-        let labels: Vec<(String, String)> = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        let labels = self.0.interner.labels(labels.iter().map(|(k, v)| (k, v)));
-        self.0.nodes.insert(
-            name.into(),
-            NodeInfo { name: name.into(), labels, taints: Vec::new(), schedulable: true, resource_version: None },
-        );
+        self.0.apply(&mk_node(name, labels));
         self
     }
     fn pod(
@@ -55,33 +52,17 @@ impl Cluster {
         runtime_class: Option<&str>,
         ip: Option<&str>,
     ) -> &mut Self {
-        let labels = [("app".to_string(), app.to_string())];
-        let labels = self.0.interner.labels(labels.iter().map(|(k, v)| (k, v)));
-        self.0.pods.insert(
-            ObjectKey::new("shop", name),
-            PodInfo {
-                labels,
-                node: node.map(Arc::from),
-                runtime_class: runtime_class.map(Arc::from),
-                ip: ip.map(Box::from),
-                finished: false,
-            },
-        );
+        self.0.apply(&mk_pod_with("shop", name, &[("app", app)], node, runtime_class, ip));
         self
     }
-    fn service(&mut self, name: &str, info: ServiceInfo, backends: &[&str]) -> &mut Self {
-        self.0.services.insert(ObjectKey::new("shop", name), info);
+    /// A Service with `spec`; with backends, its Endpoints name pods `NAME-0`, `NAME-1`, ...
+    fn service(&mut self, name: &str, spec: serde_json::Value, backends: &[&str]) -> &mut Self {
+        self.0.apply(&mk_service("shop", name, spec));
         if !backends.is_empty() {
-            self.0.endpoints.insert(
-                ObjectKey::new("shop", name),
-                EndpointsInfo {
-                    backends: backends
-                        .iter()
-                        .enumerate()
-                        .map(|(i, ip)| (ip.to_string(), Some(format!("shop/{name}-{i}"))))
-                        .collect(),
-                },
-            );
+            let pods: Vec<String> = (0..backends.len()).map(|i| format!("{name}-{i}")).collect();
+            let addresses: Vec<(&str, Option<&str>)> =
+                backends.iter().zip(&pods).map(|(ip, pod)| (*ip, Some(pod.as_str()))).collect();
+            self.0.apply(&mk_endpoints("shop", name, &addresses));
         }
         self
     }
@@ -139,8 +120,8 @@ fn a_sandboxed_runtime_class_separates_kernels_on_a_shared_node() {
     let bh = two_classes("[Node, Kernel]");
     let mut c = Cluster::new();
     c.node("n-1", &[]);
-    c.0.runtime_classes.insert("kata".into(), RuntimeClassInfo { handler: "kata-qemu".into() });
-    c.0.runtime_classes.insert("runc".into(), RuntimeClassInfo { handler: "runc".into() });
+    c.0.apply(&mk_runtime_class("kata", "kata-qemu"));
+    c.0.apply(&mk_runtime_class("runc", "runc"));
     c.pod("checkout-1", "checkout", Some("n-1"), Some("kata"), None);
     c.pod("reports-1", "reports", Some("n-1"), None, None);
     assert_eq!(layer(&bh, &c, Layer::Node).state, LayerState::Shared);
@@ -244,8 +225,8 @@ fn with_databases(a: &str, b: &str) -> Bulkhead {
 #[test]
 fn two_services_with_different_names_and_the_same_backend_share_the_instance() {
     let mut c = Cluster::new();
-    c.service("orders-db", ServiceInfo::default(), &["10.0.0.5"]);
-    c.service("reporting-db", ServiceInfo::default(), &["10.0.0.5"]);
+    c.service("orders-db", json!({}), &["10.0.0.5"]);
+    c.service("reporting-db", json!({}), &["10.0.0.5"]);
     let bh = with_databases(
         "postgres://orders-db.shop.svc:5432/orders",
         "postgres://reporting-db.shop.svc.cluster.local/reports",
@@ -258,8 +239,8 @@ fn two_services_with_different_names_and_the_same_backend_share_the_instance() {
 #[test]
 fn services_with_disjoint_backends_are_separate() {
     let mut c = Cluster::new();
-    c.service("orders-db", ServiceInfo::default(), &["10.0.0.5"]);
-    c.service("reporting-db", ServiceInfo::default(), &["10.0.0.6"]);
+    c.service("orders-db", json!({}), &["10.0.0.5"]);
+    c.service("reporting-db", json!({}), &["10.0.0.6"]);
     let bh = with_databases("postgres://orders-db.shop.svc:5432/orders", "postgres://reporting-db.shop:5432/reports");
     assert_eq!(layer(&bh, &c, Layer::Database).state, LayerState::Separate);
 }
@@ -267,9 +248,8 @@ fn services_with_disjoint_backends_are_separate() {
 #[test]
 fn backends_come_from_the_service_selector_when_there_are_no_endpoints() {
     let mut c = Cluster::new();
-    let selector = |app: &str| Some([("app".to_string(), app.to_string())].into());
-    c.service("a-db", ServiceInfo { selector: selector("pg"), ..Default::default() }, &[]);
-    c.service("b-db", ServiceInfo { selector: selector("pg"), ..Default::default() }, &[]);
+    c.service("a-db", json!({"selector": {"app": "pg"}}), &[]);
+    c.service("b-db", json!({"selector": {"app": "pg"}}), &[]);
     c.pod("pg-0", "pg", Some("n-1"), None, Some("10.1.1.1"));
     let bh = with_databases("postgres://a-db.shop.svc/x", "postgres://b-db.shop.svc/y");
     let l = layer(&bh, &c, Layer::Database);
@@ -280,7 +260,7 @@ fn backends_come_from_the_service_selector_when_there_are_no_endpoints() {
 #[test]
 fn an_external_name_and_a_url_naming_the_same_host_share_the_instance() {
     let mut c = Cluster::new();
-    c.service("orders-db", ServiceInfo { external_name: Some("db1.example.com".into()), ..Default::default() }, &[]);
+    c.service("orders-db", json!({"type": "ExternalName", "externalName": "db1.example.com"}), &[]);
     let bh = with_databases("postgres://orders-db.shop.svc/orders", "postgres://user:pw@DB1.example.com.:5432/reports");
     let l = layer(&bh, &c, Layer::Database);
     assert_eq!(l.state, LayerState::Shared);
@@ -349,10 +329,9 @@ fn addresses_outside_the_cluster_are_unverified_never_separate() {
     let bh = with_databases("postgres://[fd00::1]/a", "postgres://[fd00:0::1]/b");
     assert_eq!(layer(&bh, &c, Layer::Database).state, LayerState::Shared, "one address, written two ways");
     // A Service whose hand-written Endpoints point outside the cluster.
-    c.0.services.insert(ObjectKey::new("shop", "ext-a"), ServiceInfo::default());
-    c.0.endpoints
-        .insert(ObjectKey::new("shop", "ext-a"), EndpointsInfo { backends: vec![("198.51.100.1".into(), None)] });
-    c.service("pg", ServiceInfo::default(), &["10.0.0.9"]);
+    c.service("ext-a", json!({}), &[]);
+    c.0.apply(&mk_endpoints("shop", "ext-a", &[("198.51.100.1", None)]));
+    c.service("pg", json!({}), &["10.0.0.9"]);
     let bh = with_databases("postgres://ext-a.shop.svc/a", "postgres://pg.shop.svc/b");
     let l = layer(&bh, &c, Layer::Database);
     assert_eq!(l.state, LayerState::Unverified);

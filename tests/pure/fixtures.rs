@@ -6,7 +6,8 @@
 use k8s_openapi::api::{
     apps::v1::Deployment,
     autoscaling::v1::HorizontalPodAutoscaler,
-    core::v1::{Namespace, Node, Pod},
+    core::v1::{Endpoints, Namespace, Node, Pod, Service},
+    node::v1::RuntimeClass,
 };
 use serde_json::{json, Map, Value};
 
@@ -46,6 +47,46 @@ pub fn mk_pod(ns: &str, name: &str, label_pairs: &[(&str, &str)], node: Option<&
         spec["nodeName"] = json!(node);
     }
     typed("pod", json!({"metadata": {"name": name, "namespace": ns, "labels": labels(label_pairs)}, "spec": spec}))
+}
+
+/// A pod as `mk_pod` makes it, with a RuntimeClass and a pod IP.
+pub fn mk_pod_with(
+    ns: &str,
+    name: &str,
+    label_pairs: &[(&str, &str)],
+    node: Option<&str>,
+    runtime_class: Option<&str>,
+    ip: Option<&str>,
+) -> Pod {
+    let mut pod = mk_pod(ns, name, label_pairs, node);
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.runtime_class_name = runtime_class.map(str::to_owned);
+    }
+    if let Some(ip) = ip {
+        pod.status = Some(typed("pod status", json!({"podIP": ip})));
+    }
+    pod
+}
+
+/// A Service with this spec (`{}`: a ClusterIP Service without a selector).
+pub fn mk_service(ns: &str, name: &str, spec: Value) -> Service {
+    typed("service", json!({"metadata": {"name": name, "namespace": ns}, "spec": spec}))
+}
+
+/// Endpoints of Service `name`: each address with the pod it names, if any.
+pub fn mk_endpoints(ns: &str, name: &str, addresses: &[(&str, Option<&str>)]) -> Endpoints {
+    let addresses: Vec<Value> = addresses
+        .iter()
+        .map(|(ip, pod)| match pod {
+            Some(pod) => json!({"ip": ip, "targetRef": {"kind": "Pod", "namespace": ns, "name": pod}}),
+            None => json!({"ip": ip}),
+        })
+        .collect();
+    typed("endpoints", json!({"metadata": {"name": name, "namespace": ns}, "subsets": [{"addresses": addresses}]}))
+}
+
+pub fn mk_runtime_class(name: &str, handler: &str) -> RuntimeClass {
+    typed("runtime class", json!({"metadata": {"name": name}, "handler": handler}))
 }
 
 /// A Deployment of `replicas` pods labelled `app`, one container named `app`.
