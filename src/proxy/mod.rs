@@ -7,6 +7,7 @@
 //!
 //! Depends only on `pool_config` of this crate.
 
+mod activity;
 mod admin;
 pub mod admission;
 pub mod classify;
@@ -120,6 +121,7 @@ pub async fn run(args: ProxyArgs) -> Result<(), ProxyError> {
     let accept = server::Accept {
         connections: Arc::new(tokio::sync::Semaphore::new(args.max_connections)),
         first_byte: args.header_timeout,
+        idle: args.idle_timeout,
     };
     // Without --class-header-from only loopback peers may name a class by header.
     let trusted = args.class_header_from.clone().unwrap_or_else(options::Cidr::loopback);
