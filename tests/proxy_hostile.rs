@@ -449,3 +449,52 @@ async fn an_h2_connection_without_streams_is_closed_after_the_idle_timeout() {
     assert!(busy.run(Duration::from_secs(4)).await, "not closed once idle");
     assert!(started.elapsed() >= Duration::from_millis(2400), "closed after {:?}", started.elapsed());
 }
+
+#[tokio::test]
+async fn an_h2c_upstream_streams_both_ways_and_keeps_every_limit() {
+    let up = Upstream::start().await;
+    let config = ConfigDir::new(&pools(5));
+    let url = up.url();
+    let extra = ["--upstream-protocol", "h2c", "--response-timeout", "1500ms", "--idle-timeout", "300ms"];
+    let proxy = Proxy::start(config.path(), &args(&url, &extra)).await;
+    // Heads both ways, over either protocol in front.
+    for client in [http1(), h2c()] {
+        let res = send(&client, request(&proxy.url("/headers"), Some("search"))).await;
+        assert_eq!(res.status(), 200);
+        let body = String::from_utf8_lossy(&res.into_body().collect().await.expect("body").to_bytes()).into_owned();
+        assert!(body.contains("x-class: search\n") && body.contains("x-forwarded-proto: http\n"), "{body}");
+    }
+    // A request body past the initial 64 KiB window: flow control both ways.
+    let big = vec![b'x'; 300_000];
+    let mut raw = format!(
+        "POST /body HTTP/1.1\r\nhost: shop\r\nx-class: search\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        big.len()
+    )
+    .into_bytes();
+    raw.extend_from_slice(&big);
+    let (got, _) = exchange(proxy.listen, &raw, Duration::from_secs(5)).await;
+    assert!(got.starts_with("HTTP/1.1 200") && got.ends_with("300000"), "{got:?}");
+    // A streamed response: its slot is held until its end.
+    let res = hold(&http1(), &proxy, Some("checkout")).await;
+    assert_eq!(proxy.in_flight("checkout").await, 1.0);
+    up.release();
+    finish(res).await;
+    slots_free(&proxy, "checkout").await;
+    // No answer: 504; a stalled request body: 408; both free their slot.
+    let res = send(&http1(), request(&proxy.url("/never"), Some("checkout"))).await;
+    assert_eq!((res.status().as_u16(), header(&res, "x-bulkhead-reason")), (504, "upstream-timeout"));
+    let (got, _) = exchange(
+        proxy.listen,
+        b"POST /body HTTP/1.1\r\nhost: shop\r\nx-class: checkout\r\ncontent-length: 1000000\r\n\r\nx",
+        Duration::from_secs(3),
+    )
+    .await;
+    assert!(got.starts_with("HTTP/1.1 408"), "{got:?}");
+    slots_free(&proxy, "checkout").await;
+    // An upstream that is not there: 502, named.
+    let dead = format!("http://{}", free_port());
+    let gone = Proxy::start(config.path(), &args(&dead, &["--upstream-protocol", "h2c"])).await;
+    let res = send(&http1(), request(&gone.url("/"), Some("checkout"))).await;
+    assert_eq!((res.status().as_u16(), header(&res, "x-bulkhead-reason")), (502, "upstream-connect"));
+    slots_free(&gone, "checkout").await;
+}

@@ -12,6 +12,7 @@ mod admin;
 pub mod admission;
 pub mod classify;
 pub mod forward;
+mod h2_upstream;
 mod idle;
 pub mod layer;
 pub mod metrics;
