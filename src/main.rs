@@ -152,11 +152,6 @@ enum LogFormat {
     Json,
 }
 
-/// mimalloc: the proxy allocates per request and per HTTP/2 stream (hyper,
-/// h2, header maps); measured in bench/proxy/run against the system allocator.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
