@@ -12,7 +12,6 @@ mod admin;
 pub mod admission;
 pub mod classify;
 pub mod forward;
-mod h2_upstream;
 mod idle;
 pub mod layer;
 pub mod metrics;
