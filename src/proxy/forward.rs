@@ -152,8 +152,10 @@ impl Forward {
         append_forwarded_for(&mut parts.headers, peer);
         // The listener speaks plain HTTP; a client's own claim is replaced.
         parts.headers.insert(FORWARDED_PROTO, HeaderValue::from_static("http"));
-        let stalled = Arc::new(AtomicBool::new(false));
-        let body = IdleBody::new(body, self.limits.idle_timeout, Some(Arc::clone(&stalled)));
+        // Only a body that can carry data can stall (a GET's cannot): no flag to allocate then.
+        let idle = self.limits.idle_timeout;
+        let stalled = (!idle.is_zero() && !http_body::Body::is_end_stream(&body)).then(Arc::<AtomicBool>::default);
+        let body = IdleBody::new(body, idle, stalled.clone());
         let inner = self.client.request(Request::from_parts(parts, body));
         let timeout = Some(self.limits.response_timeout).filter(|t| !t.is_zero());
         let head = match (timeout, max) {
@@ -208,7 +210,7 @@ enum State {
         /// `--response-timeout`, boxed because a Sleep is not Unpin.
         deadline: Option<Pin<Box<Sleep>>>,
         /// Raised by the request body when the client stopped sending it.
-        stalled: Arc<AtomicBool>,
+        stalled: Option<Arc<AtomicBool>>,
         grpc: bool,
         idle: Duration,
         /// The class's maximum duration ends here, body included.
@@ -241,7 +243,7 @@ impl Future for ForwardFuture {
             Poll::Ready(Ok(res)) => res,
             Poll::Ready(Err(e)) => {
                 tracing::debug!(error = %e, "upstream failed");
-                if stalled.load(Ordering::Relaxed) {
+                if stalled.as_ref().is_some_and(|s| s.load(Ordering::Relaxed)) {
                     let mut res = answer(StatusCode::REQUEST_TIMEOUT, "request-body-idle");
                     res.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
                     return Poll::Ready(Ok(res));

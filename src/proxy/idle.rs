@@ -34,8 +34,13 @@ pin_project! {
     pub struct IdleBody<B> {
         #[pin]
         inner: B,
+        // Made at the first wait only: a body whose frames are all there when
+        // read (most small responses) never registers a timer.
         // Boxed so the body is Unpin, as hyper's client wants.
         timer: Option<Pin<Box<Sleep>>>,
+        timed: bool,
+        // A frame came since the timer was last set.
+        moved: bool,
         // The class's maximum duration: the body ends in an error past it.
         end: Option<Pin<Box<Sleep>>>,
         idle: Duration,
@@ -47,8 +52,7 @@ impl<B: Body> IdleBody<B> {
     /// `idle` zero: never times out. A body known to be empty (a GET's) gets no timer.
     pub fn new(inner: B, idle: Duration, stalled: Option<Arc<AtomicBool>>) -> Self {
         let timed = !idle.is_zero() && !inner.is_end_stream();
-        let timer = timed.then(|| Box::pin(tokio::time::sleep(idle)));
-        Self { inner, timer, end: None, idle, stalled }
+        Self { inner, timer: None, timed, moved: false, end: None, idle, stalled }
     }
 
     /// Also fail at `end`, however busy the body is.
@@ -70,23 +74,20 @@ where
         let this = self.project();
         match this.inner.poll_frame(cx) {
             Poll::Ready(frame) => {
-                if let Some(timer) = this.timer {
-                    timer.as_mut().reset(Instant::now() + *this.idle);
-                }
+                *this.moved = true;
                 Poll::Ready(frame.map(|f| f.map_err(Into::into)))
             }
-            Poll::Pending => match this.timer.as_mut().map(|t| t.as_mut().poll(cx)) {
-                _ if this.end.as_mut().is_some_and(|e| e.as_mut().poll(cx).is_ready()) => {
-                    Poll::Ready(Some(Err(IdleTimeout(*this.idle).into())))
-                }
-                Some(Poll::Ready(())) => {
-                    if let Some(stalled) = this.stalled {
-                        stalled.store(true, Ordering::Relaxed);
+            Poll::Pending => {
+                if *this.timed {
+                    match this.timer {
+                        None => *this.timer = Some(Box::pin(tokio::time::sleep(*this.idle))),
+                        Some(timer) if *this.moved => timer.as_mut().reset(Instant::now() + *this.idle),
+                        Some(_) => {}
                     }
-                    Poll::Ready(Some(Err(IdleTimeout(*this.idle).into())))
+                    *this.moved = false;
                 }
-                _ => Poll::Pending,
-            },
+                Self::waited(this.timer, this.end, *this.idle, this.stalled, cx)
+            }
         }
     }
 
@@ -96,6 +97,30 @@ where
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+impl<B> IdleBody<B> {
+    /// The inner body is pending: has the idle timer or the maximum duration passed?
+    fn waited<D>(
+        timer: &mut Option<Pin<Box<Sleep>>>,
+        end: &mut Option<Pin<Box<Sleep>>>,
+        idle: Duration,
+        stalled: &Option<Arc<AtomicBool>>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<D>, BoxError>>> {
+        if end.as_mut().is_some_and(|e| e.as_mut().poll(cx).is_ready()) {
+            return Poll::Ready(Some(Err(IdleTimeout(idle).into())));
+        }
+        match timer.as_mut().map(|t| t.as_mut().poll(cx)) {
+            Some(Poll::Ready(())) => {
+                if let Some(stalled) = stalled {
+                    stalled.store(true, Ordering::Relaxed);
+                }
+                Poll::Ready(Some(Err(IdleTimeout(idle).into())))
+            }
+            _ => Poll::Pending,
+        }
     }
 }
 

@@ -8,6 +8,7 @@
 //! Depends only on the `bulkhead-admission` crate (the admission core and
 //! the pool-config schema), never on the operator's modules.
 
+mod activity;
 mod admin;
 pub mod forward;
 mod idle;
@@ -120,6 +121,7 @@ pub async fn run(args: ProxyArgs) -> Result<(), ProxyError> {
     let accept = server::Accept {
         connections: Arc::new(tokio::sync::Semaphore::new(args.max_connections)),
         first_byte: args.header_timeout,
+        idle: args.idle_timeout,
     };
     // Without --class-header-from only loopback peers may name a class by header.
     let trusted = args.class_header_from.clone().unwrap_or_else(options::Cidr::loopback);

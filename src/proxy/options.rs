@@ -67,7 +67,8 @@ pub struct ProxyArgs {
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
     pub response_timeout: Duration,
     /// No byte in either direction of a request's bodies, or of an upgraded tunnel, for this
-    /// long ends it and frees its slot; a stalled request body gets 408. 0 disables.
+    /// long ends it and frees its slot; a stalled request body gets 408. A client connection
+    /// with no request in flight for this long is closed (HTTP/2: GOAWAY). 0 disables.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
     pub idle_timeout: Duration,
     /// A new connection's first bytes (protocol detection) and each HTTP/1.1 request head must

@@ -21,6 +21,7 @@ use tokio::{
 };
 
 use super::{
+    activity::{Activity, Counted, CountedBody},
     classify::{Classifier, Rule},
     forward::{Forward, ForwardFuture, ProxyBody},
     layer::{Gate, PermitBody, ResponseFuture},
@@ -118,19 +119,27 @@ fn refuse(reason: &'static str) -> Response<()> {
     res
 }
 
-/// One connection's service: the listener plus the peer, for x-forwarded-for.
+/// One connection's service: the listener plus the peer, for x-forwarded-for,
+/// and the requests in flight, for the connection's idle timer.
 struct Conn {
     listener: Arc<Listener>,
     peer: HeaderValue,
     peer_ip: IpAddr,
+    activity: Arc<Activity>,
 }
 
 impl hyper::service::Service<Request<Incoming>> for Conn {
-    type Response = Response<PermitBody<ProxyBody>>;
+    type Response = Response<CountedBody<PermitBody<ProxyBody>>>;
     type Error = Infallible;
-    type Future = ResponseFuture<ForwardFuture>;
+    type Future = Counted<ResponseFuture<ForwardFuture>>;
 
-    fn call(&self, mut req: Request<Incoming>) -> Self::Future {
+    fn call(&self, req: Request<Incoming>) -> Self::Future {
+        Counted::new(self.admit(req), self.activity.begin())
+    }
+}
+
+impl Conn {
+    fn admit(&self, mut req: Request<Incoming>) -> ResponseFuture<ForwardFuture> {
         if let Err(refused) = self.listener.screen(&mut req, self.peer_ip) {
             return ResponseFuture::rejected(refused);
         }
@@ -163,11 +172,13 @@ pub fn http_builder(header_timeout: Duration) -> auto::Builder<TokioExecutor> {
 }
 
 /// Limits of the accept loop: `--max-connections` (shared by every
-/// listener) and the time a new connection has to send its first byte.
+/// listener), the time a new connection has to send its first byte, and how
+/// long it may carry no request (`--idle-timeout`; zero: no limit).
 #[derive(Clone)]
 pub struct Accept {
     pub connections: Arc<Semaphore>,
     pub first_byte: Duration,
+    pub idle: Duration,
 }
 
 /// Accept until `stop` turns true; then each connection finishes the requests
@@ -201,9 +212,15 @@ pub async fn accept(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let conn = Conn { listener: Arc::clone(&listener), peer: peer_value(peer), peer_ip: peer.ip() };
+        let activity = Activity::new();
+        let conn = Conn {
+            listener: Arc::clone(&listener),
+            peer: peer_value(peer),
+            peer_ip: peer.ip(),
+            activity: Arc::clone(&activity),
+        };
         let (builder, mut stop, drain) = (Arc::clone(&builder), stop.clone(), drain.clone());
-        let first_byte = limits.first_byte;
+        let (first_byte, idle) = (limits.first_byte, limits.idle);
         tokio::spawn(async move {
             // hyper-util's protocol detection reads with no timer: a silent connection is held here.
             let mut byte = [0u8; 1];
@@ -219,6 +236,11 @@ pub async fn accept(
                     served.as_mut().graceful_shutdown();
                     served.await
                 }
+                () = idle_for(&activity, idle) => {
+                    // HTTP/2: GOAWAY, then close; nothing is in flight to wait for.
+                    served.as_mut().graceful_shutdown();
+                    served.await
+                }
             };
             if let Err(e) = result {
                 tracing::debug!(error = %e, "connection ended with an error");
@@ -226,6 +248,14 @@ pub async fn accept(
             drop((drain, slot));
         });
     }
+}
+
+/// Never resolves when `idle` is zero.
+async fn idle_for(activity: &Activity, idle: Duration) {
+    if idle.is_zero() {
+        return std::future::pending().await;
+    }
+    activity.idle_for(idle).await;
 }
 
 async fn stopped(stop: &mut watch::Receiver<bool>) {

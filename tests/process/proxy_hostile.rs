@@ -329,3 +329,170 @@ async fn a_class_with_a_maximum_duration_is_cut_past_it() {
     up.release();
     finish(res).await;
 }
+
+/// A bare HTTP/2 client over TCP: the preface and SETTINGS (acknowledged as
+/// the protocol asks), PINGs answered or not as the test wants.
+struct RawH2 {
+    tcp: TcpStream,
+    answer_pings: bool,
+    pings: usize,
+    goaway: bool,
+}
+
+impl RawH2 {
+    async fn connect(addr: SocketAddr, answer_pings: bool) -> Self {
+        let mut tcp = TcpStream::connect(addr).await.expect("connect");
+        let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        hello.extend_from_slice(&frame(4, 0, 0, &[]));
+        tcp.write_all(&hello).await.expect("preface");
+        RawH2 { tcp, answer_pings, pings: 0, goaway: false }
+    }
+
+    /// A GET on stream `id`, with END_STREAM (HPACK literals, no indexing).
+    async fn get(&mut self, id: u32, path: &str) {
+        let mut block = vec![0x82, 0x86]; // :method GET, :scheme http
+        for (name, value) in [(":path", path), (":authority", "shop"), ("x-class", "search")] {
+            block.push(0x00);
+            for s in [name, value] {
+                block.push(u8::try_from(s.len()).expect("short"));
+                block.extend_from_slice(s.as_bytes());
+            }
+        }
+        let headers = frame(1, 0x4 | 0x1, id, &block);
+        self.tcp.write_all(&headers).await.expect("headers");
+    }
+
+    /// Read frames for `within`, answering what must be answered; true if the
+    /// proxy closed the connection in that time.
+    async fn run(&mut self, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let mut head = [0u8; 9];
+            match tokio::time::timeout(left, self.tcp.read_exact(&mut head)).await {
+                Err(_) => return false,
+                Ok(Err(_)) => return true,
+                Ok(Ok(_)) => {}
+            }
+            let len = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
+            let mut payload = vec![0u8; len];
+            if tokio::time::timeout(left, self.tcp.read_exact(&mut payload)).await.map_or(true, |r| r.is_err()) {
+                return true;
+            }
+            let (kind, flags) = (head[3], head[4]);
+            let reply = match kind {
+                4 if flags & 1 == 0 => Some(frame(4, 1, 0, &[])),
+                6 if flags & 1 == 0 => {
+                    self.pings += 1;
+                    self.answer_pings.then(|| frame(6, 1, 0, &payload))
+                }
+                7 => {
+                    self.goaway = true;
+                    None
+                }
+                _ => None,
+            };
+            if let Some(reply) = reply {
+                if self.tcp.write_all(&reply).await.is_err() {
+                    return true;
+                }
+            }
+        }
+    }
+}
+
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = u32::try_from(payload.len()).expect("small frame").to_be_bytes();
+    let mut f = vec![len[1], len[2], len[3], kind, flags];
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+#[tokio::test]
+async fn an_h2_peer_that_stops_answering_pings_is_closed() {
+    let up = Upstream::start().await;
+    let config = ConfigDir::new(&pools(5));
+    let url = up.url();
+    let proxy = Proxy::start(config.path(), &args(&url, &["--header-timeout", "500ms"])).await;
+    // A peer that answers is kept (pinged every 0.5 s, well past one ping timeout).
+    let mut alive = RawH2::connect(proxy.listen, true).await;
+    assert!(!alive.run(Duration::from_secs(3)).await, "an answering peer was closed");
+    assert!(alive.pings >= 2, "pinged {} times in 3 s", alive.pings);
+    // One that goes silent is closed after the interval plus the timeout.
+    let mut dead = RawH2::connect(proxy.listen, false).await;
+    let started = Instant::now();
+    assert!(dead.run(Duration::from_secs(5)).await, "a peer that ignores PINGs is still connected after 5 s");
+    assert!(dead.pings >= 1 && started.elapsed() >= Duration::from_millis(900), "closed after {:?}", started.elapsed());
+}
+
+#[tokio::test]
+async fn an_h2_connection_without_streams_is_closed_after_the_idle_timeout() {
+    let up = Upstream::start().await;
+    let config = ConfigDir::new(&pools(5));
+    let url = up.url();
+    let extra = ["--idle-timeout", "1s", "--header-timeout", "300ms"];
+    let proxy = Proxy::start(config.path(), &args(&url, &extra)).await;
+    // It answers every PING, so only the idle timeout can close it.
+    let mut idle = RawH2::connect(proxy.listen, true).await;
+    let started = Instant::now();
+    assert!(idle.run(Duration::from_secs(4)).await, "an idle h2c connection is still open after 4 s");
+    let took = started.elapsed();
+    assert!(idle.goaway && took >= Duration::from_millis(900), "closed after {took:?}, GOAWAY: {}", idle.goaway);
+    // A stream in progress keeps it open past the idle timeout (its head comes after 1.5 s).
+    let mut busy = RawH2::connect(proxy.listen, true).await;
+    busy.get(1, "/slow").await;
+    let started = Instant::now();
+    assert!(!busy.run(Duration::from_millis(1400)).await, "closed with a stream open");
+    assert!(busy.run(Duration::from_secs(4)).await, "not closed once idle");
+    assert!(started.elapsed() >= Duration::from_millis(2400), "closed after {:?}", started.elapsed());
+}
+
+#[tokio::test]
+async fn an_h2c_upstream_streams_both_ways_and_keeps_every_limit() {
+    let up = Upstream::start().await;
+    let config = ConfigDir::new(&pools(5));
+    let url = up.url();
+    let extra = ["--upstream-protocol", "h2c", "--response-timeout", "1500ms", "--idle-timeout", "300ms"];
+    let proxy = Proxy::start(config.path(), &args(&url, &extra)).await;
+    // Heads both ways, over either protocol in front.
+    for client in [http1(), h2c()] {
+        let res = send(&client, request(&proxy.url("/headers"), Some("search"))).await;
+        assert_eq!(res.status(), 200);
+        let body = String::from_utf8_lossy(&res.into_body().collect().await.expect("body").to_bytes()).into_owned();
+        assert!(body.contains("x-class: search\n") && body.contains("x-forwarded-proto: http\n"), "{body}");
+    }
+    // A request body past the initial 64 KiB window: flow control both ways.
+    let big = vec![b'x'; 300_000];
+    let mut raw = format!(
+        "POST /body HTTP/1.1\r\nhost: shop\r\nx-class: search\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        big.len()
+    )
+    .into_bytes();
+    raw.extend_from_slice(&big);
+    let (got, _) = exchange(proxy.listen, &raw, Duration::from_secs(5)).await;
+    assert!(got.starts_with("HTTP/1.1 200") && got.ends_with("300000"), "{got:?}");
+    // A streamed response: its slot is held until its end.
+    let res = hold(&http1(), &proxy, Some("checkout")).await;
+    assert_eq!(proxy.in_flight("checkout").await, 1.0);
+    up.release();
+    finish(res).await;
+    slots_free(&proxy, "checkout").await;
+    // No answer: 504; a stalled request body: 408; both free their slot.
+    let res = send(&http1(), request(&proxy.url("/never"), Some("checkout"))).await;
+    assert_eq!((res.status().as_u16(), header(&res, "x-bulkhead-reason")), (504, "upstream-timeout"));
+    let (got, _) = exchange(
+        proxy.listen,
+        b"POST /body HTTP/1.1\r\nhost: shop\r\nx-class: checkout\r\ncontent-length: 1000000\r\n\r\nx",
+        Duration::from_secs(3),
+    )
+    .await;
+    assert!(got.starts_with("HTTP/1.1 408"), "{got:?}");
+    slots_free(&proxy, "checkout").await;
+    // An upstream that is not there: 502, named.
+    let dead = format!("http://{}", free_port());
+    let gone = Proxy::start(config.path(), &args(&dead, &["--upstream-protocol", "h2c"])).await;
+    let res = send(&http1(), request(&gone.url("/"), Some("checkout"))).await;
+    assert_eq!((res.status().as_u16(), header(&res, "x-bulkhead-reason")), (502, "upstream-connect"));
+    slots_free(&gone, "checkout").await;
+}

@@ -97,7 +97,7 @@ pub fn free_port() -> SocketAddr {
 type UpBody = BoxBody<Bytes, Infallible>;
 
 /// An upstream: `/hold` sends its head and a first chunk, then the rest only
-/// when the test calls `release`; anything else answers `ok` at once, echoing
+/// when the test calls `release`; `/slow` answers `ok` after 1.5 s; anything else answers `ok` at once, echoing
 /// the x-forwarded-for it saw.
 pub struct Upstream {
     pub addr: SocketAddr,
@@ -148,6 +148,10 @@ async fn answer(mut req: Request<Incoming>, release: watch::Receiver<u64>) -> Re
         res.headers_mut().insert("connection", http::HeaderValue::from_static("upgrade"));
         res.headers_mut().insert("upgrade", http::HeaderValue::from_static("echo"));
         return Ok(res);
+    }
+    if req.uri().path() == "/slow" {
+        // An answer whose head takes 1.5 s.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
     }
     if req.uri().path() == "/never" {
         // An upstream that takes the request and never answers (bounded by WAIT).

@@ -1,0 +1,173 @@
+//! A connection's idle timer (`--idle-timeout` with no request in flight):
+//! HTTP/2 clients answer the keep-alive PINGs, so an h2c connection that
+//! carries no stream would otherwise stay open for ever and count against
+//! `--max-connections`. (An idle HTTP/1.1 connection already waits for its
+//! next request head under `--header-timeout`.)
+
+use std::{
+    future::Future,
+    pin::Pin,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
+    task::{ready, Context, Poll},
+    time::Duration,
+};
+
+use http::Response;
+use http_body::{Body, Frame, SizeHint};
+use pin_project_lite::pin_project;
+use tokio::time::Instant;
+
+/// Requests in flight on one connection, and when the last one ended.
+#[derive(Debug)]
+pub struct Activity {
+    start: Instant,
+    /// Upper 32 bits: requests in flight; lower 32: milliseconds from
+    /// `start` to when that count last fell to zero (wraps after 49 days,
+    /// which only delays a close).
+    state: AtomicU64,
+}
+
+const ONE: u64 = 1 << 32;
+const MILLIS: u64 = ONE - 1;
+
+impl Activity {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Activity { start: Instant::now(), state: AtomicU64::new(0) })
+    }
+
+    /// Count a request until the guard is dropped (its response body ended).
+    pub fn begin(self: &Arc<Self>) -> Active {
+        self.state.fetch_add(ONE, Ordering::Relaxed);
+        Active(Arc::clone(self))
+    }
+
+    fn end(&self) {
+        let now = self.millis();
+        let _ = self.state.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |s| {
+            let open = (s >> 32).saturating_sub(1);
+            Some(if open == 0 { now } else { open << 32 | (s & MILLIS) })
+        });
+    }
+
+    fn millis(&self) -> u64 {
+        u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX) & MILLIS
+    }
+
+    /// Resolves once the connection has carried no request for `idle`.
+    pub async fn idle_for(&self, idle: Duration) {
+        let idle_ms = u64::try_from(idle.as_millis()).unwrap_or(MILLIS);
+        loop {
+            let s = self.state.load(Ordering::Relaxed);
+            let wait = if s >> 32 > 0 {
+                idle
+            } else {
+                let quiet = self.millis().wrapping_sub(s & MILLIS) & MILLIS;
+                if quiet >= idle_ms {
+                    return;
+                }
+                Duration::from_millis(idle_ms - quiet)
+            };
+            tokio::time::sleep(wait).await;
+        }
+    }
+}
+
+/// One request counted on its connection.
+#[derive(Debug)]
+pub struct Active(Arc<Activity>);
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        self.0.end();
+    }
+}
+
+pin_project! {
+    /// A response future whose request stays counted until the body ends.
+    pub struct Counted<F> {
+        #[pin]
+        inner: F,
+        active: Option<Active>,
+    }
+}
+
+impl<F> Counted<F> {
+    pub fn new(inner: F, active: Active) -> Self {
+        Self { inner, active: Some(active) }
+    }
+}
+
+impl<F, B, E> Future for Counted<F>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+{
+    type Output = Result<Response<CountedBody<B>>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let res = ready!(this.inner.poll(cx))?;
+        let active = this.active.take();
+        Poll::Ready(Ok(res.map(|inner| CountedBody { inner, active })))
+    }
+}
+
+pin_project! {
+    /// A response body that ends its request's count when it ends or is dropped.
+    pub struct CountedBody<B> {
+        #[pin]
+        inner: B,
+        active: Option<Active>,
+    }
+}
+
+impl<B: Body> Body for CountedBody<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
+        let this = self.project();
+        let frame = ready!(this.inner.poll_frame(cx));
+        if !matches!(frame, Some(Ok(_))) {
+            *this.active = None;
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_only_with_nothing_in_flight_for_the_whole_timeout() {
+        let a = Activity::new();
+        let idle = Duration::from_secs(10);
+        let held = a.begin();
+        tokio::time::advance(Duration::from_secs(30)).await;
+        let waited = tokio::time::timeout(Duration::from_secs(15), a.idle_for(idle)).await;
+        assert!(waited.is_err(), "idle with a request in flight");
+        drop(held);
+        let started = Instant::now();
+        a.idle_for(idle).await;
+        assert_eq!(started.elapsed().as_secs(), 10);
+        // Two overlapping requests: idle counts from the end of the last.
+        let (x, y) = (a.begin(), a.begin());
+        drop(x);
+        tokio::time::advance(Duration::from_secs(20)).await;
+        let started = Instant::now();
+        drop(y);
+        a.idle_for(idle).await;
+        assert_eq!(started.elapsed().as_secs(), 10);
+    }
+}
