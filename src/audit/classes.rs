@@ -10,9 +10,9 @@ use crate::{
 };
 
 /// A set of classes (a Bulkhead has at most 64; see `plan::validate`).
-pub type ClassSet = u64;
+pub(super) type ClassSet = u64;
 
-pub fn classes_in(mut set: ClassSet) -> impl Iterator<Item = u16> {
+pub(super) fn classes_in(mut set: ClassSet) -> impl Iterator<Item = u16> {
     std::iter::from_fn(move || {
         let c = set.trailing_zeros();
         (set != 0).then(|| {
@@ -23,7 +23,7 @@ pub fn classes_in(mut set: ClassSet) -> impl Iterator<Item = u16> {
 }
 
 #[derive(Clone, Debug)]
-pub struct Classifier {
+pub(super) struct Classifier {
     /// Namespace → the selector classes drawing pods from it, with their pod selectors.
     by_namespace: FxHashMap<String, Vec<(u16, Matcher)>>,
     /// spec.workload: its namespace, selector, and the classes running in its pods.
@@ -35,7 +35,7 @@ pub struct Classifier {
 }
 
 impl Classifier {
-    pub fn new(selection: &Selection<'_>, snapshot: &Snapshot) -> Self {
+    pub(super) fn new(selection: &Selection<'_>, snapshot: &Snapshot) -> Self {
         let n = selection.classes.len();
         let mut by_namespace: FxHashMap<String, Vec<(u16, Matcher)>> = FxHashMap::default();
         let mut namespaces = vec![Vec::new(); n];
@@ -68,7 +68,7 @@ impl Classifier {
     }
 
     /// Every namespace some class draws from, in order.
-    pub fn all_namespaces(&self) -> Vec<&str> {
+    pub(super) fn all_namespaces(&self) -> Vec<&str> {
         let mut all: Vec<&str> = self.by_namespace.keys().map(String::as_str).collect();
         all.extend(self.workload.as_ref().map(|(ns, _, _)| ns.as_str()));
         all.sort_unstable();
@@ -77,12 +77,12 @@ impl Classifier {
     }
 
     /// The classes a pod does the work of (none once it has finished).
-    pub fn classes_of(&self, key: &ObjectKey, pod: &PodInfo) -> ClassSet {
+    pub(super) fn classes_of(&self, key: &ObjectKey, pod: &PodInfo) -> ClassSet {
         self.classes_in_namespace(self.by_namespace.get(&key.namespace).map(Vec::as_slice), &key.namespace, pod)
     }
 
     /// As `classes_of`, with the namespace's selectors already looked up.
-    pub fn classes_in_namespace(
+    pub(super) fn classes_in_namespace(
         &self,
         selectors: Option<&[(u16, Matcher)]>,
         namespace: &str,
@@ -105,7 +105,7 @@ impl Classifier {
         set
     }
 
-    pub fn selectors_of(&self, namespace: &str) -> Option<&[(u16, Matcher)]> {
+    pub(super) fn selectors_of(&self, namespace: &str) -> Option<&[(u16, Matcher)]> {
         self.by_namespace.get(namespace).map(Vec::as_slice)
     }
 }

@@ -15,13 +15,13 @@ use crate::{
 
 /// What one URL resolves to: identities that mean "this instance", and doubts.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Resolution {
+pub(super) struct Resolution {
     /// identity ("service:ns/name", "host:db.example.com", "ip:10.0.0.5") → what it is, for evidence
     pub identities: BTreeMap<String, String>,
     pub doubts: Vec<String>,
 }
 
-pub fn resolve(url: &str, default_namespace: Option<&str>, snapshot: &Snapshot) -> Resolution {
+pub(super) fn resolve(url: &str, default_namespace: Option<&str>, snapshot: &Snapshot) -> Resolution {
     let mut r = Resolution::default();
     let Some(host) = host_of(url) else {
         r.doubts.push(format!("{url} names no host"));
@@ -117,7 +117,7 @@ pub fn host_of(url: &str) -> Option<String> {
     (!host.is_empty()).then(|| normalise_host(host))
 }
 
-pub fn pairs(bulkhead: &Bulkhead, snapshot: &Snapshot) -> Vec<PairVerdict> {
+pub(super) fn pairs(bulkhead: &Bulkhead, snapshot: &Snapshot) -> Vec<PairVerdict> {
     let default_ns = bulkhead.spec.workload.as_ref().map(|w| w.namespace.as_str());
     let resolved: Vec<Vec<(String, Resolution)>> = bulkhead
         .spec

@@ -12,7 +12,7 @@ pub struct PairVerdict {
 }
 
 /// Drop repeated evidence, keeping the first of each.
-pub fn dedup_keep_order(items: &mut Vec<String>) {
+pub(super) fn dedup_keep_order(items: &mut Vec<String>) {
     // A few doubts at a time: comparing with those kept beats hashing clones.
     let mut kept = 0;
     for i in 0..items.len() {

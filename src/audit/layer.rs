@@ -16,7 +16,7 @@ use crate::{crd::LayerStatus, snapshot::ObjectKey};
 
 /// Where a pod sits in a layer.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum Dom {
+pub(super) enum Dom {
     /// A domain, numbered by the audit (see `nodes.rs`).
     Known(u32),
     /// Placed, but in a domain of its own (a sandboxed pod's guest kernel).
@@ -29,7 +29,7 @@ pub enum Dom {
 
 /// Why a pod's domain is unknown, as a key its doubt is worded from.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Why {
+pub(super) enum Why {
     /// The node (by number) lacks the label naming the domain, or is not known to the API.
     Node(u32),
     /// The pod names a RuntimeClass that does not exist.
@@ -40,7 +40,7 @@ pub enum Why {
 
 /// Pods of one class in a domain the API cannot name (see `Why`).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Cell {
+pub(super) struct Cell {
     pub count: u32,
     /// The least pod (by namespace/name), named in evidence; None when it
     /// is not known here and must be found again (see `verdicts.rs`).
@@ -59,11 +59,11 @@ struct Slot {
 }
 
 /// No build numbered this cell's first pod.
-pub const NO_HINT: u32 = u32::MAX;
+pub(super) const NO_HINT: u32 = u32::MAX;
 
 /// What is known of the least pod of what is added.
 #[derive(Clone, Copy)]
-pub enum Least<'k> {
+pub(super) enum Least<'k> {
     /// This one pod.
     Pod(&'k ObjectKey),
     /// Pods arrive in order (a build): the first is the least, numbered
@@ -74,7 +74,7 @@ pub enum Least<'k> {
 }
 
 /// Names domains for ordering evidence: by node name, or by label value.
-pub struct Naming<'n> {
+pub(super) struct Naming<'n> {
     pub domains: &'n [Arc<str>],
     pub nodes: &'n [Arc<str>],
 }
@@ -96,7 +96,7 @@ impl Naming<'_> {
 /// counts of known domains are a matrix, domain × class: counting a pod
 /// touches one slot and its domain's class set, whatever the cluster's size.
 #[derive(Clone, Debug)]
-pub struct LayerCounts {
+pub(super) struct LayerCounts {
     n: usize,
     /// Domain × class (at d·n + class): the pods of the class there.
     slots: Vec<Slot>,
@@ -127,7 +127,7 @@ pub struct LayerCounts {
 }
 
 impl LayerCounts {
-    pub fn new(n: usize) -> Self {
+    pub(super) fn new(n: usize) -> Self {
         Self {
             n,
             slots: Vec::new(),
@@ -156,7 +156,7 @@ impl LayerCounts {
 
     /// What is said of `class` alone changed (placed or not, its doubts):
     /// every pair with it may change.
-    pub fn dirty_class(&mut self, class: u16) {
+    pub(super) fn dirty_class(&mut self, class: u16) {
         self.doubt_cache[class as usize] = None;
         for o in 0..self.n as u16 {
             if o != class {
@@ -166,7 +166,7 @@ impl LayerCounts {
         }
     }
 
-    pub fn classes(&self) -> usize {
+    pub(super) fn classes(&self) -> usize {
         self.n
     }
 
@@ -176,12 +176,12 @@ impl LayerCounts {
     }
 
     /// The classes domain `d` holds.
-    pub fn present(&self, d: u32) -> ClassSet {
+    pub(super) fn present(&self, d: u32) -> ClassSet {
         self.present.get(d as usize).copied().unwrap_or(0)
     }
 
     /// The classes domain `d` holds, with their counts.
-    pub fn classes_at(&self, d: u32) -> impl Iterator<Item = (u16, u32)> + '_ {
+    pub(super) fn classes_at(&self, d: u32) -> impl Iterator<Item = (u16, u32)> + '_ {
         classes_in(self.present(d)).map(move |c| (c, self.slots[d as usize * self.n + c as usize].count))
     }
 
@@ -196,7 +196,7 @@ impl LayerCounts {
     }
 
     /// Count `count` pods of `class` in `dom`.
-    pub fn add(&mut self, class: u16, dom: &Dom, count: u32, least: Least<'_>, naming: &Naming<'_>) {
+    pub(super) fn add(&mut self, class: u16, dom: &Dom, count: u32, least: Least<'_>, naming: &Naming<'_>) {
         let c = class as usize;
         match dom {
             Dom::Ignored => self.ignored += u64::from(count),
@@ -245,7 +245,7 @@ impl LayerCounts {
 
     /// Uncount `count` pods of `class` from `dom`; `pod` is the one pod
     /// removed, None when several moved at once.
-    pub fn remove(&mut self, class: u16, dom: &Dom, count: u32, pod: Option<&ObjectKey>, naming: &Naming<'_>) {
+    pub(super) fn remove(&mut self, class: u16, dom: &Dom, count: u32, pod: Option<&ObjectKey>, naming: &Naming<'_>) {
         let c = class as usize;
         match dom {
             Dom::Ignored => self.ignored = self.ignored.saturating_sub(u64::from(count)),
@@ -328,7 +328,7 @@ impl LayerCounts {
     }
 
     /// Whether `class` has pods counted in `dom`.
-    pub fn has(&self, class: u16, dom: &Dom) -> bool {
+    pub(super) fn has(&self, class: u16, dom: &Dom) -> bool {
         match dom {
             Dom::Known(d) => self.present(*d) & (1 << class) != 0,
             Dom::Unknown(why) => self.unknown.contains_key(&(class, why.clone())),
@@ -337,7 +337,7 @@ impl LayerCounts {
     }
 
     /// The least pod of `class` in `dom`, where known.
-    pub fn least(&self, class: u16, dom: &Dom) -> Option<&ObjectKey> {
+    pub(super) fn least(&self, class: u16, dom: &Dom) -> Option<&ObjectKey> {
         match dom {
             Dom::Known(d) => self.least.get(&(*d, class)),
             Dom::Unknown(why) => self.unknown.get(&(class, why.clone()))?.least.as_ref(),
@@ -346,7 +346,7 @@ impl LayerCounts {
     }
 
     /// The build's number for the first pod of `class` in `dom`, if any.
-    pub fn first(&self, class: u16, dom: &Dom) -> Option<u32> {
+    pub(super) fn first(&self, class: u16, dom: &Dom) -> Option<u32> {
         let first = match dom {
             Dom::Known(d) if self.has(class, dom) => self.slots[*d as usize * self.n + class as usize].first,
             Dom::Unknown(why) => self.unknown.get(&(class, why.clone()))?.first,
@@ -357,7 +357,7 @@ impl LayerCounts {
 
     /// Name `pod` the least of `class` in `dom`, if it has pods there and
     /// names none yet.
-    pub fn name_least(&mut self, class: u16, dom: &Dom, pod: &ObjectKey) {
+    pub(super) fn name_least(&mut self, class: u16, dom: &Dom, pod: &ObjectKey) {
         match dom {
             Dom::Known(d) if self.has(class, dom) => {
                 self.least.entry((*d, class)).or_insert_with(|| pod.clone());

@@ -10,10 +10,10 @@ use rustc_hash::FxHashMap;
 use super::layer::{Dom, Why};
 use crate::snapshot::{LabelLookup, Snapshot};
 
-pub type NodeId = u32;
+pub(super) type NodeId = u32;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NodeSlot {
+pub(super) struct NodeSlot {
     pub name: Arc<str>,
     /// The API knows the node.
     pub known: bool,
@@ -23,7 +23,7 @@ pub struct NodeSlot {
 }
 
 #[derive(Clone, Debug, Default)]
-pub struct NodeTable {
+pub(super) struct NodeTable {
     pub slots: Vec<NodeSlot>,
     pub names: Vec<Arc<str>>,
     /// Label values (zones, hosts), numbered.
@@ -36,7 +36,7 @@ pub struct NodeTable {
 }
 
 impl NodeTable {
-    pub fn id(&mut self, name: &Arc<str>, snapshot: &Snapshot, labels: (&str, Option<&str>)) -> NodeId {
+    pub(super) fn id(&mut self, name: &Arc<str>, snapshot: &Snapshot, labels: (&str, Option<&str>)) -> NodeId {
         if let Some(&id) = self.by_ptr.get(&(name.as_ptr() as usize)) {
             return id;
         }
@@ -58,16 +58,16 @@ impl NodeTable {
     }
 
     /// The number of a node already numbered, by pointer when it can.
-    pub fn lookup(&self, name: &Arc<str>) -> Option<NodeId> {
+    pub(super) fn lookup(&self, name: &Arc<str>) -> Option<NodeId> {
         self.by_ptr.get(&(name.as_ptr() as usize)).or_else(|| self.by_name.get(&**name)).copied()
     }
 
-    pub fn find(&self, name: &str) -> Option<NodeId> {
+    pub(super) fn find(&self, name: &str) -> Option<NodeId> {
         self.by_name.get(name).copied()
     }
 
     /// The node as the snapshot has it now.
-    pub fn slot(&mut self, name: Arc<str>, snapshot: &Snapshot, (zone, host): (&str, Option<&str>)) -> NodeSlot {
+    pub(super) fn slot(&mut self, name: Arc<str>, snapshot: &Snapshot, (zone, host): (&str, Option<&str>)) -> NodeSlot {
         let info = snapshot.nodes.get(&*name);
         let zone = info.and_then(|n| n.labels.label(zone)).map(|v| self.value(v));
         let host = host.and_then(|h| info.and_then(|n| n.labels.label(h))).map(|v| self.value(v));
@@ -87,7 +87,7 @@ impl NodeTable {
 }
 
 /// A node's domain in a layer named by one of its labels.
-pub fn by_label(node: NodeId, slot: &NodeSlot, value: Option<u32>) -> Dom {
+pub(super) fn by_label(node: NodeId, slot: &NodeSlot, value: Option<u32>) -> Dom {
     match (slot.known, value) {
         (true, Some(v)) => Dom::Known(v),
         _ => Dom::Unknown(Why::Node(node)),

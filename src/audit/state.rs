@@ -23,15 +23,15 @@ use crate::{
 };
 
 /// The placement layers counted per domain, in this order.
-pub const NODE: usize = 0;
-pub const KERNEL: usize = 1;
-pub const ZONE: usize = 2;
-pub const HOST: usize = 3;
+pub(super) const NODE: usize = 0;
+pub(super) const KERNEL: usize = 1;
+pub(super) const ZONE: usize = 2;
+pub(super) const HOST: usize = 3;
 
 /// The member pods of a build, in the order counted: a cell made by the
 /// build keeps the number of its first pod (the least: pods arrive in
 /// order), borrowed from the snapshot until the first verdicts name it.
-pub type Hints<'a> = Vec<&'a ObjectKey>;
+pub(super) type Hints<'a> = Vec<&'a ObjectKey>;
 
 #[derive(Clone, Debug)]
 pub struct AuditState {
@@ -46,7 +46,7 @@ pub struct AuditState {
 }
 
 #[derive(Clone, Debug)]
-pub struct Counts {
+pub(super) struct Counts {
     pub nodes: NodeTable,
     /// Node, Kernel, Zone and Host (see the constants above).
     pub layers: [LayerCounts; 4],
@@ -56,7 +56,7 @@ pub struct Counts {
 /// The Process layer: a pod is its own domain, so only pods of two classes
 /// or more are kept.
 #[derive(Clone, Debug)]
-pub struct ProcessCounts {
+pub(super) struct ProcessCounts {
     pub members: Vec<u64>,
     pub multi: BTreeMap<ObjectKey, ClassSet>,
     pub verdicts: Option<Vec<PairVerdict>>,
@@ -157,7 +157,7 @@ impl Counts {
     }
 
     /// Where a member pod sits in each counted layer.
-    pub fn doms(
+    pub(super) fn doms(
         &self,
         key: &ObjectKey,
         pod: &PodInfo,

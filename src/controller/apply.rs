@@ -59,7 +59,7 @@ impl PlacementRefusal {
 
 /// Apply `changes` in order for Bulkhead `bulkhead`; placement refusals are
 /// returned, not raised, so that one contested workload stalls nothing else.
-pub async fn apply_changes(
+pub(super) async fn apply_changes(
     client: &Client,
     metrics: &Metrics,
     bulkhead: &str,

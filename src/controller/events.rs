@@ -16,7 +16,12 @@ use crate::{
 };
 
 /// An Event for every condition whose status flipped (or appeared).
-pub async fn announce_flips(ctx: &Context, bulkhead: &Bulkhead, old: Option<&BulkheadStatus>, new: &BulkheadStatus) {
+pub(super) async fn announce_flips(
+    ctx: &Context,
+    bulkhead: &Bulkhead,
+    old: Option<&BulkheadStatus>,
+    new: &BulkheadStatus,
+) {
     for c in &new.conditions {
         let before = old.and_then(|o| o.conditions.iter().find(|p| p.type_ == c.type_));
         if before.is_some_and(|b| b.status == c.status && b.reason == c.reason) {
@@ -40,7 +45,12 @@ pub async fn announce_flips(ctx: &Context, bulkhead: &Bulkhead, old: Option<&Bul
 }
 
 /// An Event for every layer whose state changed.
-pub async fn announce_layers(ctx: &Context, bulkhead: &Bulkhead, old: Option<&BulkheadStatus>, new: &BulkheadStatus) {
+pub(super) async fn announce_layers(
+    ctx: &Context,
+    bulkhead: &Bulkhead,
+    old: Option<&BulkheadStatus>,
+    new: &BulkheadStatus,
+) {
     for layer in &new.layers {
         let before = old.and_then(|o| o.layers.iter().find(|l| l.name == layer.name)).map(|l| l.state);
         if before == Some(layer.state) {
@@ -58,7 +68,14 @@ pub async fn announce_layers(ctx: &Context, bulkhead: &Bulkhead, old: Option<&Bu
     }
 }
 
-pub async fn publish(ctx: &Context, bulkhead: &Bulkhead, type_: EventType, reason: &str, action: &str, note: &str) {
+pub(super) async fn publish(
+    ctx: &Context,
+    bulkhead: &Bulkhead,
+    type_: EventType,
+    reason: &str,
+    action: &str,
+    note: &str,
+) {
     let event = Event {
         type_,
         reason: reason.to_string(),
@@ -72,7 +89,7 @@ pub async fn publish(ctx: &Context, bulkhead: &Bulkhead, type_: EventType, reaso
     }
 }
 
-pub fn describe(changes: &[Change]) -> String {
+pub(super) fn describe(changes: &[Change]) -> String {
     changes.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
 }
 

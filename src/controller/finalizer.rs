@@ -13,7 +13,7 @@ use crate::{crd::FINALIZER, plan::teardown};
 use kube::api::{Patch, PatchParams};
 
 /// Delete every child labelled with this Bulkhead, then let it go.
-pub async fn clean_up(meta: &kube::api::ObjectMeta, ctx: &Context) -> Result<Action, Error> {
+pub(super) async fn clean_up(meta: &kube::api::ObjectMeta, ctx: &Context) -> Result<Action, Error> {
     let name = meta.name.clone().ok_or(Error::Unnamed("Bulkhead"))?;
     if !meta.finalizers.iter().flatten().any(|f| f == FINALIZER) {
         return Ok(Action::await_change());
@@ -31,7 +31,7 @@ pub async fn clean_up(meta: &kube::api::ObjectMeta, ctx: &Context) -> Result<Act
 
 /// What to do with our finalizer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Finalizer {
+pub(super) enum Finalizer {
     /// Before the first write: deleting the Bulkhead must wait for the cleanup.
     Add,
     /// After the cleanup: nothing of ours is left to remove.
@@ -40,7 +40,7 @@ pub enum Finalizer {
 
 /// Add or release our finalizer, guarded by resourceVersion so that a
 /// concurrent change of the list is never overwritten.
-pub async fn set_finalizer(ctx: &Context, meta: &kube::api::ObjectMeta, action: Finalizer) -> Result<(), Error> {
+pub(super) async fn set_finalizer(ctx: &Context, meta: &kube::api::ObjectMeta, action: Finalizer) -> Result<(), Error> {
     let present = action == Finalizer::Add;
     let name = meta.name.clone().ok_or(Error::Unnamed("Bulkhead"))?;
     let mut finalizers: Vec<String> = meta.finalizers.iter().flatten().filter(|f| *f != FINALIZER).cloned().collect();

@@ -6,7 +6,7 @@ use axum::{extract::State, http::StatusCode, routing::get, Router};
 
 use super::Context;
 
-pub async fn serve(
+pub(super) async fn serve(
     listener: tokio::net::TcpListener,
     ctx: Arc<Context>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,

@@ -35,20 +35,20 @@ pub struct LeaseRef {
 type ManagerTask = JoinHandle<Result<LeaseManager, LeaseManagerError>>;
 
 /// This replica holds the Lease until `lost` completes or `release` is called.
-pub struct Leadership {
+pub(super) struct Leadership {
     holding: watch::Receiver<bool>,
     task: ManagerTask,
 }
 
 impl Leadership {
     /// Completes if the Lease is ever lost (not renewed in time, taken over).
-    pub fn lost(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+    pub(super) fn lost(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
         let mut holding = self.holding.clone();
         async move { while holding.changed().await.is_ok() && *holding.borrow_and_update() {} }
     }
 
     /// Give the Lease up (after the last write), so a standby need not wait for it to expire.
-    pub async fn release(self) {
+    pub(super) async fn release(self) {
         // Dropping every receiver makes the manager's task release the Lease and end.
         drop(self.holding);
         match tokio::time::timeout(RELEASE_TIMEOUT, self.task).await {
@@ -63,7 +63,7 @@ impl Leadership {
 }
 
 /// Wait until this replica holds the Lease.
-pub async fn acquire(client: &Client, lease: &LeaseRef, identity: String) -> Result<Leadership, Error> {
+pub(super) async fn acquire(client: &Client, lease: &LeaseRef, identity: String) -> Result<Leadership, Error> {
     info!(lease = %lease.name, namespace = %lease.namespace, %identity, "waiting for the leader lease");
     loop {
         let manager = LeaseManagerBuilder::new(client.clone(), &lease.name)

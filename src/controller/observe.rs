@@ -143,7 +143,7 @@ impl SharedSnapshot {
 const CHILD_KINDS: [&str; 6] = ["ConfigMap", "ResourceQuota", "PriorityClass", "Node", "Deployment", "StatefulSet"];
 
 /// Start every watch; they run until the process ends.
-pub fn start(client: &Client) -> Arc<SharedSnapshot> {
+pub(super) fn start(client: &Client) -> Arc<SharedSnapshot> {
     let owned = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"));
     let all = watcher::Config::default();
     let shared = Arc::new(SharedSnapshot::new());

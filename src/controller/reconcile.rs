@@ -35,7 +35,7 @@ use crate::{
 /// How often an unchanged Bulkhead is re-planned anyway (it writes nothing if all is well).
 const RESYNC: Duration = Duration::from_secs(300);
 
-pub async fn reconcile(obj: Arc<DeserializeGuard<Bulkhead>>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub(super) async fn reconcile(obj: Arc<DeserializeGuard<Bulkhead>>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
     let result = match &obj.0 {
         Ok(bulkhead) => reconcile_bulkhead(bulkhead, &ctx).await,

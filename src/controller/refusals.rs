@@ -17,7 +17,7 @@ use crate::{
 };
 
 /// How long a refusal other than a conflict holds before the apply is tried again.
-pub const REJECTION_RETRY: Duration = Duration::from_secs(60);
+pub(super) const REJECTION_RETRY: Duration = Duration::from_secs(60);
 
 type Key = (Concern, WorkloadKind, ObjectKey);
 

@@ -11,7 +11,7 @@ use kube::{
 use super::Context;
 use crate::crd::Bulkhead;
 
-pub fn dynamic_api(ctx: &Context) -> Api<DynamicObject> {
+pub(super) fn dynamic_api(ctx: &Context) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk(&Bulkhead::group(&()), &Bulkhead::version(&()), &Bulkhead::kind(&()));
     Api::all_with(ctx.client.clone(), &ApiResource::from_gvk_with_plural(&gvk, &Bulkhead::plural(&())))
 }

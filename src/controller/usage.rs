@@ -66,7 +66,7 @@ impl UsageOptions {
 
 /// What an analysis's outcome says: no series or no Prometheus to ask is no
 /// telemetry (never a guess); any other error is a failed analysis.
-pub fn sizing(result: Result<crate::usage::Advice, PrometheusError>) -> Sizing {
+pub(super) fn sizing(result: Result<crate::usage::Advice, PrometheusError>) -> Sizing {
     match result {
         Ok(advice) => Sizing::Advised(advice),
         Err(e) if e.is_no_telemetry() => Sizing::NoTelemetry(Chain(&e).to_string()),

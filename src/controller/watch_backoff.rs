@@ -17,11 +17,11 @@ use std::time::{Duration, Instant};
 const FIRST: Duration = Duration::from_millis(100);
 const CAP: Duration = Duration::from_secs(5);
 /// How long a watch must have been failure-free for its next failure to start from [`FIRST`].
-pub const HEALTHY: Duration = Duration::from_secs(30);
+pub(super) const HEALTHY: Duration = Duration::from_secs(30);
 
 /// Why an attempt failed, as far as the wait is concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Failure {
+pub(super) enum Failure {
     /// No answer: connection refused, timed out, TLS.
     Unreachable,
     /// The API server answered with an error (503 while it starts, 410, 5xx...).
@@ -29,7 +29,7 @@ pub enum Failure {
 }
 
 impl Failure {
-    pub fn of(error: &kube::runtime::watcher::Error) -> Self {
+    pub(super) fn of(error: &kube::runtime::watcher::Error) -> Self {
         use kube::runtime::watcher::Error as W;
         match error {
             W::InitialListFailed(e) | W::WatchStartFailed(e) | W::WatchFailed(e) => Self::of_request(e),
@@ -39,7 +39,7 @@ impl Failure {
     }
 
     /// One request's failure (API discovery before a watch).
-    pub fn of_request(error: &kube::Error) -> Self {
+    pub(super) fn of_request(error: &kube::Error) -> Self {
         match error {
             kube::Error::Api(_) => Failure::Answered,
             _ => Failure::Unreachable,
@@ -48,7 +48,7 @@ impl Failure {
 }
 
 #[derive(Debug, Clone)]
-pub struct WatchBackoff {
+pub(super) struct WatchBackoff {
     next: Duration,
     cap: Duration,
     last: Option<(Instant, Failure)>,
@@ -64,12 +64,12 @@ impl WatchBackoff {
     /// For a watch whose errors this module cannot see (the controller's
     /// own, through kube's `trigger_backoff`): a low cap keeps its first
     /// retry after a restart quick; it is one watch, so few lines.
-    pub fn with_cap(cap: Duration) -> Self {
+    pub(super) fn with_cap(cap: Duration) -> Self {
         Self { next: FIRST, cap, last: None }
     }
 
     /// An attempt failed at `now`: how long to wait before the next one.
-    pub fn failed(&mut self, failure: Failure, now: Instant) -> Duration {
+    pub(super) fn failed(&mut self, failure: Failure, now: Instant) -> Duration {
         let start_over = match self.last {
             None => true,
             Some((at, _)) if now.duration_since(at) >= HEALTHY => true,

@@ -41,10 +41,10 @@ pub const MAX_INPUT_BYTES: usize = 16 << 20;
 pub const MAX_DEPTH: usize = 64;
 /// Most values (scalars, lists, maps) in one run, estimated from the text
 /// before parsing: parsed values take about a hundred times their text.
-pub const MAX_VALUES: usize = 2_000_000;
+pub(super) const MAX_VALUES: usize = 2_000_000;
 /// Most values in one object: decoded into API types, `{}` in a list of
 /// containers becomes a whole Container (a kilobyte and more).
-pub const MAX_OBJECT_VALUES: usize = 100_000;
+pub(super) const MAX_OBJECT_VALUES: usize = 100_000;
 /// The command-line name of stdin.
 pub const STDIN: &str = "-";
 

@@ -14,7 +14,7 @@ use crate::{
     pool_config::{PoolClass, PoolConfig, POOL_CONFIG_KEY, POOL_CONFIG_VERSION},
 };
 
-pub fn pool_config(bulkhead: &Bulkhead, capacity: &CapacityPlan) -> PoolConfig {
+pub(super) fn pool_config(bulkhead: &Bulkhead, capacity: &CapacityPlan) -> PoolConfig {
     PoolConfig {
         version: POOL_CONFIG_VERSION,
         bulkhead: bulkhead.name_any(),
@@ -43,7 +43,7 @@ pub fn config_map_name(bulkhead: &str) -> String {
     format!("bulkhead-{bulkhead}")
 }
 
-pub fn config_map(bulkhead: &Bulkhead, namespace: &str, config: &PoolConfig) -> ConfigMap {
+pub(super) fn config_map(bulkhead: &Bulkhead, namespace: &str, config: &PoolConfig) -> ConfigMap {
     let json = serde_json::to_string_pretty(config).expect("a pool config serialises");
     ConfigMap {
         metadata: super::child_meta(bulkhead, config_map_name(&bulkhead.name_any()), Some(namespace), None),

@@ -18,10 +18,10 @@ pub const PROXY_CONTAINER: &str = "bulkhead-proxy";
 pub const PROXY_VOLUME: &str = "bulkhead-pools";
 /// Where the pool config is mounted in the sidecar.
 pub const PROXY_CONFIG_DIR: &str = "/etc/bulkhead/pools";
-pub const DEFAULT_CLASSIFY_HEADER: &str = "x-bulkhead-class";
-pub const DEFAULT_ADMIN_PORT: u16 = 9901;
+pub(super) const DEFAULT_CLASSIFY_HEADER: &str = "x-bulkhead-class";
+pub(super) const DEFAULT_ADMIN_PORT: u16 = 9901;
 /// Metrics stay inside the pod unless spec.workload.proxy.metricsAddress says otherwise.
-pub const DEFAULT_METRICS_ADDRESS: &str = "127.0.0.1:9902";
+pub(super) const DEFAULT_METRICS_ADDRESS: &str = "127.0.0.1:9902";
 /// Image of the sidecar when neither the Bulkhead nor the operator names one.
 pub const DEFAULT_PROXY_IMAGE: &str = concat!("ghcr.io/bulkhead-dev/bulkhead:", env!("CARGO_PKG_VERSION"));
 
@@ -60,7 +60,12 @@ pub struct ProxyPlan {
 }
 
 /// `image`: the operator's default sidecar image.
-pub fn plan_proxy(selection: &Selection<'_>, snapshot: &Snapshot, config_map: Option<&str>, image: &str) -> ProxyPlan {
+pub(super) fn plan_proxy(
+    selection: &Selection<'_>,
+    snapshot: &Snapshot,
+    config_map: Option<&str>,
+    image: &str,
+) -> ProxyPlan {
     let name = selection.name();
     let workload = selection.bulkhead.spec.workload.as_ref();
     let proxy = workload.and_then(|w| w.proxy.as_ref());
@@ -176,7 +181,7 @@ fn container(proxy: &ProxySpec, image: &str) -> Value {
 }
 
 /// Rules of spec.workload.proxy the schema cannot state.
-pub fn validate_proxy(proxy: &ProxySpec, classes: &[&str]) -> Vec<SpecError> {
+pub(super) fn validate_proxy(proxy: &ProxySpec, classes: &[&str]) -> Vec<SpecError> {
     const FIELD: &str = "spec.workload.proxy";
     let mut errors = Vec::new();
     let admin = proxy.admin_port.unwrap_or(DEFAULT_ADMIN_PORT);

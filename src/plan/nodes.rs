@@ -14,7 +14,7 @@ use crate::{
 use k8s_openapi::api::core::v1::Taint;
 
 /// Prefix of every claim key; what follows is the Bulkhead's name.
-pub const CLAIM_PREFIX: &str = "bulkhead.dev/";
+pub(super) const CLAIM_PREFIX: &str = "bulkhead.dev/";
 pub const CLAIM_EFFECT: &str = "NoSchedule";
 
 /// The node label and taint key of a Bulkhead's claims.
@@ -97,7 +97,7 @@ fn claimed_by(node: &NodeInfo) -> impl Iterator<Item = &str> {
 
 /// Keys under the claim prefix that are not claims: the labels on the
 /// operator's children. Bulkheads of these names cannot place workloads.
-pub const RESERVED_KEYS: [&str; 2] = [BULKHEAD_LABEL, CLASS_LABEL];
+pub(super) const RESERVED_KEYS: [&str; 2] = [BULKHEAD_LABEL, CLASS_LABEL];
 
 /// Taints that keep pods off which no Bulkhead's claim put there (a newer
 /// Bulkhead's claim gives way; an older one's was dealt with before).
@@ -108,7 +108,7 @@ fn foreign_repelling_taint<'a>(node: &'a NodeInfo, key: &str) -> Option<&'a Tain
         .find(|t| t.key != key && !is_claim(&t.key) && matches!(t.effect.as_str(), "NoSchedule" | "NoExecute"))
 }
 
-pub fn plan_node_groups(selection: &Selection<'_>, snapshot: &Snapshot) -> NodeGroupPlan {
+pub(super) fn plan_node_groups(selection: &Selection<'_>, snapshot: &Snapshot) -> NodeGroupPlan {
     let name = selection.name();
     let key = claim_key(name);
     let groups: Vec<(usize, &str, &NodeGroupSpec, &Matcher)> = selection

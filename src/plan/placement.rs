@@ -91,7 +91,11 @@ pub struct PlacementPlan {
     pub missing_runtime_classes: Vec<(String, String)>,
 }
 
-pub fn plan_placement(selection: &Selection<'_>, snapshot: &Snapshot, shards: Option<&ShardPlan>) -> PlacementPlan {
+pub(super) fn plan_placement(
+    selection: &Selection<'_>,
+    snapshot: &Snapshot,
+    shards: Option<&ShardPlan>,
+) -> PlacementPlan {
     let name = selection.name().to_string();
     let key = claim_key(&name);
     let classes = &selection.bulkhead.spec.classes;

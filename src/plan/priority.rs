@@ -11,11 +11,11 @@ use crate::{
 };
 
 /// Priority of a class that names none: that of pods without a PriorityClass.
-pub const DEFAULT_PRIORITY: i32 = 0;
+pub(super) const DEFAULT_PRIORITY: i32 = 0;
 /// How far a critical class without a priority of its own sits above the rest.
-pub const CRITICAL_MARGIN: i32 = 1000;
+pub(super) const CRITICAL_MARGIN: i32 = 1000;
 /// Highest value a user-defined PriorityClass may have.
-pub const MAX_PRIORITY: i32 = 1_000_000_000;
+pub(super) const MAX_PRIORITY: i32 = 1_000_000_000;
 
 /// `bulkhead-<bulkhead>.<class>`, like the quotas: unique across Bulkheads.
 pub fn priority_class_name(bulkhead: &str, class: &str) -> String {
@@ -47,7 +47,7 @@ fn class_priorities(spec: &BulkheadSpec) -> Vec<i32> {
 }
 
 /// A critical class must outrank every other class, or it is no lane at all.
-pub fn validate_priorities(spec: &BulkheadSpec) -> Vec<SpecError> {
+pub(super) fn validate_priorities(spec: &BulkheadSpec) -> Vec<SpecError> {
     let priorities = class_priorities(spec);
     let mut errors = Vec::new();
     for (i, (class, p)) in spec.classes.iter().zip(&priorities).enumerate() {
@@ -69,7 +69,7 @@ pub fn validate_priorities(spec: &BulkheadSpec) -> Vec<SpecError> {
     errors
 }
 
-pub fn priority_classes(bulkhead: &Bulkhead) -> Vec<PriorityClass> {
+pub(super) fn priority_classes(bulkhead: &Bulkhead) -> Vec<PriorityClass> {
     let name = bulkhead.name_any();
     bulkhead
         .spec

@@ -41,7 +41,7 @@ pub fn quota_name(bulkhead: &str, class: &str) -> String {
 /// The quotas to write, and the namespaces withheld because classes collide
 /// there. `places`: classes' pods carry their PriorityClass, so quotas in a
 /// shared namespace can be scoped to it.
-pub fn plan_quotas(
+pub(super) fn plan_quotas(
     selection: &Selection<'_>,
     snapshot: &Snapshot,
     places: bool,

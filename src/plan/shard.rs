@@ -14,7 +14,7 @@ use crate::{
 };
 
 /// The node label a shard pins pods by.
-pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
+pub(super) const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct ShardPlan {
@@ -43,7 +43,7 @@ impl ShardPlan {
     }
 }
 
-pub fn plan_shards(selection: &Selection<'_>, snapshot: &Snapshot) -> Option<ShardPlan> {
+pub(super) fn plan_shards(selection: &Selection<'_>, snapshot: &Snapshot) -> Option<ShardPlan> {
     let bulkhead = selection.bulkhead;
     let spec = bulkhead.spec.shuffle_sharding.as_ref()?;
     let matcher = selection.shard_nodes.as_ref()?;
@@ -103,7 +103,7 @@ pub fn plan_shards(selection: &Selection<'_>, snapshot: &Snapshot) -> Option<Sha
 }
 
 /// Spec rules of shuffle sharding.
-pub fn validate_sharding(spec: &BulkheadSpec) -> Vec<SpecError> {
+pub(super) fn validate_sharding(spec: &BulkheadSpec) -> Vec<SpecError> {
     let Some(sharding) = &spec.shuffle_sharding else { return Vec::new() };
     let mut errors = Vec::new();
     if spec.dimension != crate::crd::Dimension::Tenant {

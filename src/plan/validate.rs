@@ -10,11 +10,11 @@ use crate::{
 };
 
 /// Longest Bulkhead name: it becomes a label value on everything the operator writes.
-pub const MAX_NAME_LEN: usize = 63;
+pub(super) const MAX_NAME_LEN: usize = 63;
 /// Most classes: the audit's pairs grow with the square, and status must fit in an object.
-pub const MAX_CLASSES: usize = 64;
+pub(super) const MAX_CLASSES: usize = 64;
 /// Most database URLs per class.
-pub const MAX_DATABASES: usize = 16;
+pub(super) const MAX_DATABASES: usize = 16;
 
 /// Every spec problem: the rules below, then the selectors that did not parse.
 pub fn validate(selection: &Selection<'_>) -> Vec<SpecError> {
@@ -157,7 +157,7 @@ fn is_quantity(q: &str) -> bool {
 
 /// A database URL the audit can resolve: `scheme://[user[:password]@]host[:port][/path][?query]`,
 /// with a port from 1 to 65535. The CRD states the same as a pattern.
-pub fn check_database_url(url: &str) -> Result<(), String> {
+pub(super) fn check_database_url(url: &str) -> Result<(), String> {
     let Some((scheme, rest)) = url.split_once("://") else {
         return Err("is not a URL (scheme://host[:port][/database])".into());
     };

@@ -22,7 +22,7 @@ use tokio::time::Instant;
 
 /// Requests in flight on one connection, and when the last one ended.
 #[derive(Debug)]
-pub struct Activity {
+pub(super) struct Activity {
     start: Instant,
     /// Upper 32 bits: requests in flight; lower 32: milliseconds from
     /// `start` to when that count last fell to zero (wraps after 49 days,
@@ -34,12 +34,12 @@ const ONE: u64 = 1 << 32;
 const MILLIS: u64 = ONE - 1;
 
 impl Activity {
-    pub fn new() -> Arc<Self> {
+    pub(super) fn new() -> Arc<Self> {
         Arc::new(Activity { start: Instant::now(), state: AtomicU64::new(0) })
     }
 
     /// Count a request until the guard is dropped (its response body ended).
-    pub fn begin(self: &Arc<Self>) -> Active {
+    pub(super) fn begin(self: &Arc<Self>) -> Active {
         self.state.fetch_add(ONE, Ordering::Relaxed);
         Active(Arc::clone(self))
     }
@@ -57,7 +57,7 @@ impl Activity {
     }
 
     /// Resolves once the connection has carried no request for `idle`.
-    pub async fn idle_for(&self, idle: Duration) {
+    pub(super) async fn idle_for(&self, idle: Duration) {
         let idle_ms = u64::try_from(idle.as_millis()).unwrap_or(MILLIS);
         loop {
             let s = self.state.load(Ordering::Relaxed);
@@ -77,7 +77,7 @@ impl Activity {
 
 /// One request counted on its connection.
 #[derive(Debug)]
-pub struct Active(Arc<Activity>);
+pub(super) struct Active(Arc<Activity>);
 
 impl Drop for Active {
     fn drop(&mut self) {
@@ -95,7 +95,7 @@ pin_project! {
 }
 
 impl<F> Counted<F> {
-    pub fn new(inner: F, active: Active) -> Self {
+    pub(super) fn new(inner: F, active: Active) -> Self {
         Self { inner, active: Some(active) }
     }
 }

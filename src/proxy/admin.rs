@@ -12,7 +12,7 @@ use axum::{extract::State, http::StatusCode, routing::get, Router};
 
 use super::{admission::Pool, metrics::ProxyMetrics};
 
-pub struct Admin {
+pub(super) struct Admin {
     pub pool: Arc<Pool>,
     pub metrics: Arc<ProxyMetrics>,
     /// Set on SIGTERM: not ready, so load balancers stop sending.
@@ -21,12 +21,12 @@ pub struct Admin {
 
 /// What one admin listener serves.
 #[derive(Clone, Copy, Debug)]
-pub struct Serves {
+pub(super) struct Serves {
     pub health: bool,
     pub metrics: bool,
 }
 
-pub async fn serve(
+pub(super) async fn serve(
     listener: tokio::net::TcpListener,
     admin: Arc<Admin>,
     serves: Serves,

@@ -21,12 +21,12 @@ use tokio::{
     time::{Instant, Sleep},
 };
 
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub(super) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Why a body was cut.
 #[derive(Debug, thiserror::Error)]
 #[error("no data for {0:?} (idle timeout)")]
-pub struct IdleTimeout(Duration);
+pub(super) struct IdleTimeout(Duration);
 
 pin_project! {
     /// A body that fails with [`IdleTimeout`] when no frame comes for `idle`
@@ -126,7 +126,7 @@ impl<B> IdleBody<B> {
 
 /// Copy both ways between `a` and `b` until either closes, or until no byte
 /// has moved either way for `idle` (zero: no limit).
-pub async fn splice<A, B>(a: A, b: B, idle: Duration) -> io::Result<(u64, u64)>
+pub(super) async fn splice<A, B>(a: A, b: B, idle: Duration) -> io::Result<(u64, u64)>
 where
     A: AsyncRead + AsyncWrite + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,

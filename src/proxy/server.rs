@@ -31,7 +31,7 @@ use super::{
 };
 
 /// What one listener does with a request.
-pub struct Listener {
+pub(super) struct Listener {
     pub gate: Gate<Classifier>,
     pub forward: Forward,
     /// Peers that may name a class by header; None: any peer.
@@ -43,7 +43,7 @@ pub struct Listener {
 }
 
 impl Listener {
-    pub fn new(gate: Gate<Classifier>, forward: Forward, class_header_from: Option<Arc<[Cidr]>>) -> Self {
+    pub(super) fn new(gate: Gate<Classifier>, forward: Forward, class_header_from: Option<Arc<[Cidr]>>) -> Self {
         let mut class_headers: Vec<HeaderName> = match &gate.classify {
             Classifier::Rules(rules) => rules
                 .iter()
@@ -159,7 +159,7 @@ impl Conn {
 
 /// `header_timeout` bounds each HTTP/1.1 request head and is the HTTP/2 ping
 /// interval and ping timeout (a dead peer's connection is closed).
-pub fn http_builder(header_timeout: Duration) -> auto::Builder<TokioExecutor> {
+pub(super) fn http_builder(header_timeout: Duration) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder.http1().timer(TokioTimer::new()).header_read_timeout(header_timeout);
     builder
@@ -175,7 +175,7 @@ pub fn http_builder(header_timeout: Duration) -> auto::Builder<TokioExecutor> {
 /// listener), the time a new connection has to send its first byte, and how
 /// long it may carry no request (`--idle-timeout`; zero: no limit).
 #[derive(Clone)]
-pub struct Accept {
+pub(super) struct Accept {
     pub connections: Arc<Semaphore>,
     pub first_byte: Duration,
     pub idle: Duration,
@@ -184,7 +184,7 @@ pub struct Accept {
 /// Accept until `stop` turns true; then each connection finishes the requests
 /// it has (HTTP/1.1 closes after the current one, HTTP/2 sends GOAWAY). Every
 /// task holds a clone of `drain`, so its sender sees when all have ended.
-pub async fn accept(
+pub(super) async fn accept(
     tcp: TcpListener,
     listener: Arc<Listener>,
     builder: Arc<auto::Builder<TokioExecutor>>,

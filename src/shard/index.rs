@@ -28,7 +28,7 @@ pub(crate) struct Index {
 }
 
 impl Index {
-    pub fn new(nodes: usize, tenants: usize) -> Self {
+    pub(super) fn new(nodes: usize, tenants: usize) -> Self {
         Index {
             on_node: vec![Vec::new(); nodes],
             shards: FxHashMap::default(),
@@ -37,20 +37,20 @@ impl Index {
         }
     }
 
-    pub fn load(&self, node: u32) -> u32 {
+    pub(super) fn load(&self, node: u32) -> u32 {
         self.on_node[node as usize].len() as u32
     }
 
     /// Distinct shards in use.
-    pub fn distinct(&self) -> usize {
+    pub(super) fn distinct(&self) -> usize {
         self.shards.len()
     }
 
-    pub fn holders(&self, sorted: &[u32]) -> u32 {
+    pub(super) fn holders(&self, sorted: &[u32]) -> u32 {
         self.shards.get(sorted).copied().unwrap_or(0)
     }
 
-    pub fn insert(&mut self, slot: u32, sorted: &[u32]) {
+    pub(super) fn insert(&mut self, slot: u32, sorted: &[u32]) {
         for &v in sorted {
             self.on_node[v as usize].push(slot);
         }
@@ -68,7 +68,7 @@ impl Index {
 
     /// Scores `sorted`, or returns None as soon as it cannot beat `best`.
     /// Cost: the sum of its nodes' loads, often less.
-    pub fn score(&mut self, sorted: &[u32], tiebreak: u64, best: Option<&Score>) -> Option<Score> {
+    pub(super) fn score(&mut self, sorted: &[u32], tiebreak: u64, best: Option<&Score>) -> Option<Score> {
         let identical = self.holders(sorted);
         let max_load = sorted.iter().map(|&v| self.load(v)).max().unwrap_or(0);
         let load = sorted.iter().map(|&v| u64::from(self.load(v))).sum();
@@ -111,7 +111,7 @@ impl Index {
     /// other node is scored as `score` would score `partial` plus it, but the
     /// overlaps through `partial` are counted once, so the cost is the sum of
     /// all loads (T·K) rather than N times the shard's.
-    pub fn best_fill(&mut self, partial: &[u32], mut tiebreak: impl FnMut() -> u64) -> u32 {
+    pub(super) fn best_fill(&mut self, partial: &[u32], mut tiebreak: impl FnMut() -> u64) -> u32 {
         let epoch = self.next_epoch();
         let mut base_overlap = 0;
         for &v in partial {

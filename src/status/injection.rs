@@ -7,7 +7,7 @@ use super::{
 };
 use crate::plan::Plan;
 
-pub fn proxy_condition(plan: &Plan, outcome: &ApplyOutcome) -> Option<DesiredCondition> {
+pub(super) fn proxy_condition(plan: &Plan, outcome: &ApplyOutcome) -> Option<DesiredCondition> {
     let proxy = &plan.proxy;
     if !proxy.requested {
         return None;

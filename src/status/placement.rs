@@ -10,7 +10,7 @@ use super::{
 use crate::plan::{NodeGroupPlan, PlacementPlan, Plan};
 
 /// Both conditions, or none when no class asks for placement.
-pub fn placement_conditions(plan: &Plan, outcome: &ApplyOutcome) -> Vec<DesiredCondition> {
+pub(super) fn placement_conditions(plan: &Plan, outcome: &ApplyOutcome) -> Vec<DesiredCondition> {
     let Some(placement) = &plan.placement else { return Vec::new() };
     vec![node_groups_ready(&plan.node_groups), placed(placement, outcome)]
 }

@@ -18,7 +18,7 @@ use crate::{
 const MAX_EVIDENCE: usize = 3;
 
 /// `ShuffleSharded`, present only under spec.shuffleSharding.
-pub fn shard_condition(shards: &ShardPlan) -> DesiredCondition {
+pub(super) fn shard_condition(shards: &ShardPlan) -> DesiredCondition {
     let Some(r) = &shards.report else {
         let why = shards.shortfall.clone().unwrap_or_else(|| "no assignment".to_string());
         return DesiredCondition::new(
@@ -67,7 +67,7 @@ pub fn shard_condition(shards: &ShardPlan) -> DesiredCondition {
 /// The Node layer with the shards as evidence: tenants whose shards overlap
 /// may be put on one node at any moment, so they share the layer whatever the
 /// pods do now. Pairs holding identical shards come first, then by overlap.
-pub fn annotate_node_layer(layers: &mut [LayerStatus], shards: &ShardPlan, class_order: &[String]) {
+pub(super) fn annotate_node_layer(layers: &mut [LayerStatus], shards: &ShardPlan, class_order: &[String]) {
     let Some(layer) = layers.iter_mut().find(|l| l.name == Layer::Node) else { return };
     let k = shards.shard_size;
     let tenants: Vec<(&String, BTreeSet<&str>)> = class_order

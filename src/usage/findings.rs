@@ -8,11 +8,16 @@ use super::{
 };
 
 /// Whether a class was starved: at its ceiling past the allowed share, and rejected there.
-pub fn starved(c: &ClassUsage, th: &Thresholds) -> bool {
+pub(super) fn starved(c: &ClassUsage, th: &Thresholds) -> bool {
     c.time_at_ceiling > th.starved_share && c.rejected.get("ceiling").copied().unwrap_or(0) > 0
 }
 
-pub fn findings(classes: &[ClassUsage], per_replica_reserved: &[u32], t: &Telemetry, th: &Thresholds) -> Vec<Finding> {
+pub(super) fn findings(
+    classes: &[ClassUsage],
+    per_replica_reserved: &[u32],
+    t: &Telemetry,
+    th: &Thresholds,
+) -> Vec<Finding> {
     let mut out = Vec::new();
     let starved_names: Vec<&str> = classes.iter().filter(|c| starved(c, th)).map(|c| c.name.as_str()).collect();
     for c in classes.iter().filter(|c| starved(c, th)) {

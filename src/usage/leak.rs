@@ -14,7 +14,7 @@ use super::{
     thresholds::Thresholds,
 };
 
-pub fn leaks(t: &Telemetry, th: &Thresholds) -> Vec<Finding> {
+pub(super) fn leaks(t: &Telemetry, th: &Thresholds) -> Vec<Finding> {
     let steps = t.steps();
     let quiet: Vec<usize> = (0..steps).filter(|&i| !t.classes.iter().any(|c| c.at_ceiling_in(i))).collect();
     let mut findings = Vec::new();

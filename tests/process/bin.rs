@@ -8,7 +8,7 @@ use std::{
 };
 
 /// Runs `bulkhead ARGS` with `stdin` (None: closed); (exit code, stdout, stderr).
-pub fn run(args: &[&str], stdin: Option<&[u8]>) -> (i32, String, String) {
+pub(crate) fn run(args: &[&str], stdin: Option<&[u8]>) -> (i32, String, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_bulkhead"))
         .args(args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))

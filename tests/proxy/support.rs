@@ -22,14 +22,14 @@ use hyper_util::{
 };
 use tokio::sync::watch;
 
-pub const WAIT: Duration = Duration::from_secs(15);
+pub(crate) const WAIT: Duration = Duration::from_secs(15);
 
 /// capacity 10 = floors 2 + 2 + 2 + surplus 4; ceilings 5, 4, 2.
-pub fn pools(checkout_ceiling: u32) -> String {
+pub(crate) fn pools(checkout_ceiling: u32) -> String {
     pools_with(10, checkout_ceiling)
 }
 
-pub fn pools_with(capacity: u32, checkout_ceiling: u32) -> String {
+pub(crate) fn pools_with(capacity: u32, checkout_ceiling: u32) -> String {
     format!(
         r#"{{"version":1,"bulkhead":"shop","resource":"requests","scope":"Instance","dividedBy":1,
   "capacity":{capacity},"sharedSurplus":4,"onCeiling":"reject","classes":[
@@ -40,26 +40,26 @@ pub fn pools_with(capacity: u32, checkout_ceiling: u32) -> String {
 }
 
 /// A ConfigMap volume as the kubelet lays it out and updates it.
-pub struct ConfigDir {
+pub(crate) struct ConfigDir {
     pub dir: tempfile::TempDir,
     current: Option<PathBuf>,
     serial: u32,
 }
 
 impl ConfigDir {
-    pub fn new(pools_json: &str) -> Self {
+    pub(crate) fn new(pools_json: &str) -> Self {
         let mut c = ConfigDir { dir: tempfile::tempdir().expect("tempdir"), current: None, serial: 0 };
         c.update(pools_json);
         std::os::unix::fs::symlink("..data/pools.json", c.path().join("pools.json")).expect("pools.json link");
         c
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         self.dir.path()
     }
 
     /// New timestamped directory, `..data_tmp` pointing at it, renamed onto `..data`, old one removed.
-    pub fn update(&mut self, pools_json: &str) {
+    pub(crate) fn update(&mut self, pools_json: &str) {
         self.serial += 1;
         let name = format!("..2026_12_03_10_00_00.{:09}", self.serial);
         let fresh = self.path().join(&name);
@@ -76,7 +76,7 @@ impl ConfigDir {
 
 /// An exposition line without the `bulkhead="…"` label every proxy series
 /// carries, so that a test names a series by the labels it is about.
-pub fn unlabelled(line: &str) -> String {
+pub(crate) fn unlabelled(line: &str) -> String {
     const KEY: &str = "bulkhead=\"";
     let Some(start) = line.find(KEY) else { return line.to_owned() };
     let value = start + KEY.len();
@@ -89,7 +89,7 @@ pub fn unlabelled(line: &str) -> String {
     format!("{}{}", &line[..a], &line[b..]).replacen("{}", "", 1)
 }
 
-pub fn free_port() -> SocketAddr {
+pub(crate) fn free_port() -> SocketAddr {
     let l = StdListener::bind("127.0.0.1:0").expect("bind");
     l.local_addr().expect("addr")
 }
@@ -99,13 +99,13 @@ type UpBody = BoxBody<Bytes, Infallible>;
 /// An upstream: `/hold` sends its head and a first chunk, then the rest only
 /// when the test calls `release`; `/slow` answers `ok` after 1.5 s; anything else answers `ok` at once, echoing
 /// the x-forwarded-for it saw.
-pub struct Upstream {
+pub(crate) struct Upstream {
     pub addr: SocketAddr,
     release: watch::Sender<u64>,
 }
 
 impl Upstream {
-    pub async fn start() -> Self {
+    pub(crate) async fn start() -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind upstream");
         let addr = listener.local_addr().expect("addr");
         let (release, rx) = watch::channel(0u64);
@@ -123,12 +123,12 @@ impl Upstream {
         Upstream { addr, release }
     }
 
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
 
     /// Let every response held so far finish.
-    pub fn release(&self) {
+    pub(crate) fn release(&self) {
         self.release.send_modify(|v| *v += 1);
     }
 }
@@ -190,7 +190,7 @@ async fn answer(mut req: Request<Incoming>, release: watch::Receiver<u64>) -> Re
 }
 
 /// The real binary, killed if the test ends without stopping it.
-pub struct Proxy {
+pub(crate) struct Proxy {
     child: Child,
     pub listen: SocketAddr,
     pub admin: SocketAddr,
@@ -199,7 +199,7 @@ pub struct Proxy {
 
 impl Proxy {
     /// `bulkhead proxy --config-dir DIR --listen L --admin A` plus `extra`.
-    pub async fn start(config_dir: &Path, extra: &[&str]) -> Self {
+    pub(crate) async fn start(config_dir: &Path, extra: &[&str]) -> Self {
         let (listen, admin) = (free_port(), free_port());
         let log = tempfile::NamedTempFile::new().expect("log file");
         let mut args = vec![
@@ -231,26 +231,26 @@ impl Proxy {
         proxy
     }
 
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(self.log.path()).unwrap_or_default()
     }
 
-    pub fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.listen)
     }
 
     /// The exposition, each line `unlabelled`.
-    pub async fn metrics(&self) -> String {
+    pub(crate) async fn metrics(&self) -> String {
         let text = self.raw_metrics().await;
         text.lines().map(|l| unlabelled(l) + "\n").collect()
     }
 
-    pub async fn raw_metrics(&self) -> String {
+    pub(crate) async fn raw_metrics(&self) -> String {
         get(&format!("http://{}/metrics", self.admin)).await.map(|(_, b)| b).unwrap_or_default()
     }
 
     /// The value of one series, e.g. `bulkhead_proxy_in_flight{class="checkout",pool="floor"}`.
-    pub async fn metric(&self, series: &str) -> f64 {
+    pub(crate) async fn metric(&self, series: &str) -> f64 {
         let text = self.metrics().await;
         text.lines()
             .find_map(|l| l.strip_prefix(series).and_then(|v| v.strip_prefix(' ')))
@@ -258,17 +258,17 @@ impl Proxy {
             .unwrap_or_else(|| panic!("{series} not in\n{text}"))
     }
 
-    pub async fn in_flight(&self, class: &str) -> f64 {
+    pub(crate) async fn in_flight(&self, class: &str) -> f64 {
         let floor = self.metric(&format!(r#"bulkhead_proxy_in_flight{{class="{class}",pool="floor"}}"#)).await;
         floor + self.metric(&format!(r#"bulkhead_proxy_in_flight{{class="{class}",pool="surplus"}}"#)).await
     }
 
-    pub async fn generation(&self) -> u64 {
+    pub(crate) async fn generation(&self) -> u64 {
         self.metric("bulkhead_proxy_config_generation").await as u64
     }
 
     /// Wait (bounded) until the generation is `n`; how long it took.
-    pub async fn await_generation(&self, n: u64) -> Duration {
+    pub(crate) async fn await_generation(&self, n: u64) -> Duration {
         let started = Instant::now();
         while self.generation().await != n {
             assert!(started.elapsed() < WAIT, "generation {n} never applied:\n{}", self.log());
@@ -277,17 +277,17 @@ impl Proxy {
         started.elapsed()
     }
 
-    pub fn terminate(&self) {
+    pub(crate) fn terminate(&self) {
         let status = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().expect("kill runs");
         assert!(status.success());
     }
 
-    pub fn running(&mut self) -> bool {
+    pub(crate) fn running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
 
     /// Wait (bounded) for the process to exit.
-    pub async fn exited(&mut self, within: Duration) -> ExitStatus {
+    pub(crate) async fn exited(&mut self, within: Duration) -> ExitStatus {
         let started = Instant::now();
         loop {
             if let Some(status) = self.child.try_wait().expect("wait") {
@@ -306,17 +306,17 @@ impl Drop for Proxy {
     }
 }
 
-pub type HttpClient = Client<HttpConnector, Empty<Bytes>>;
+pub(crate) type HttpClient = Client<HttpConnector, Empty<Bytes>>;
 
-pub fn http1() -> HttpClient {
+pub(crate) fn http1() -> HttpClient {
     Client::builder(TokioExecutor::new()).build(HttpConnector::new())
 }
 
-pub fn h2c() -> HttpClient {
+pub(crate) fn h2c() -> HttpClient {
     Client::builder(TokioExecutor::new()).http2_only(true).build(HttpConnector::new())
 }
 
-pub fn request(url: &str, class: Option<&str>) -> Request<Empty<Bytes>> {
+pub(crate) fn request(url: &str, class: Option<&str>) -> Request<Empty<Bytes>> {
     let mut b = Request::builder().uri(url);
     if let Some(class) = class {
         b = b.header("x-class", class);
@@ -325,7 +325,7 @@ pub fn request(url: &str, class: Option<&str>) -> Request<Empty<Bytes>> {
 }
 
 /// A GET whose whole body is read; None if the connection failed.
-pub async fn get(url: &str) -> Option<(u16, String)> {
+pub(crate) async fn get(url: &str) -> Option<(u16, String)> {
     let res = tokio::time::timeout(WAIT, http1().request(request(url, None))).await.ok()?.ok()?;
     let status = res.status().as_u16();
     let body = res.into_body().collect().await.ok()?.to_bytes();
@@ -333,12 +333,12 @@ pub async fn get(url: &str) -> Option<(u16, String)> {
 }
 
 /// Send and return the response with its body unread.
-pub async fn send(client: &HttpClient, req: Request<Empty<Bytes>>) -> Response<Incoming> {
+pub(crate) async fn send(client: &HttpClient, req: Request<Empty<Bytes>>) -> Response<Incoming> {
     tokio::time::timeout(WAIT, client.request(req)).await.expect("in time").expect("a response")
 }
 
 /// A `/hold` response that has started streaming: its head and first chunk are here.
-pub async fn hold(client: &HttpClient, proxy: &Proxy, class: Option<&str>) -> Response<Incoming> {
+pub(crate) async fn hold(client: &HttpClient, proxy: &Proxy, class: Option<&str>) -> Response<Incoming> {
     let mut res = send(client, request(&proxy.url("/hold"), class)).await;
     assert_eq!(res.status(), 200, "{:?}", res.headers());
     let first = tokio::time::timeout(WAIT, res.body_mut().frame()).await.expect("in time");
@@ -348,11 +348,11 @@ pub async fn hold(client: &HttpClient, proxy: &Proxy, class: Option<&str>) -> Re
 }
 
 /// Read the rest of a held body (after `release`): it must end cleanly with `end`.
-pub async fn finish(res: Response<Incoming>) {
+pub(crate) async fn finish(res: Response<Incoming>) {
     let body = tokio::time::timeout(WAIT, res.into_body().collect()).await.expect("in time").expect("not cut");
     assert_eq!(body.to_bytes(), "end\n");
 }
 
-pub fn header<'a>(res: &'a Response<Incoming>, name: &str) -> &'a str {
+pub(crate) fn header<'a>(res: &'a Response<Incoming>, name: &str) -> &'a str {
     res.headers().get(name).and_then(|v| v.to_str().ok()).unwrap_or("")
 }

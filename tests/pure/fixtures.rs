@@ -19,17 +19,17 @@ fn typed<T: serde::de::DeserializeOwned>(what: &str, v: Value) -> T {
     serde_json::from_value(v).unwrap_or_else(|e| panic!("fixture {what}: {e}"))
 }
 
-pub fn mk_namespace(name: &str, label_pairs: &[(&str, &str)]) -> Namespace {
+pub(crate) fn mk_namespace(name: &str, label_pairs: &[(&str, &str)]) -> Namespace {
     typed("namespace", json!({"metadata": {"name": name, "labels": labels(label_pairs)}}))
 }
 
 /// A Ready node with these labels (and no taints).
-pub fn mk_node(name: &str, label_pairs: &[(&str, &str)]) -> Node {
+pub(crate) fn mk_node(name: &str, label_pairs: &[(&str, &str)]) -> Node {
     mk_node_with(name, labels(label_pairs), json!([]), true)
 }
 
 /// A node with labels and taints given as JSON, Ready or not.
-pub fn mk_node_with(name: &str, labels: Value, taints: Value, ready: bool) -> Node {
+pub(crate) fn mk_node_with(name: &str, labels: Value, taints: Value, ready: bool) -> Node {
     typed(
         "node",
         json!({
@@ -41,7 +41,7 @@ pub fn mk_node_with(name: &str, labels: Value, taints: Value, ready: bool) -> No
 }
 
 /// A pod with these labels, bound to `node` (None: not scheduled).
-pub fn mk_pod(ns: &str, name: &str, label_pairs: &[(&str, &str)], node: Option<&str>) -> Pod {
+pub(crate) fn mk_pod(ns: &str, name: &str, label_pairs: &[(&str, &str)], node: Option<&str>) -> Pod {
     let mut spec = json!({"containers": []});
     if let Some(node) = node {
         spec["nodeName"] = json!(node);
@@ -50,7 +50,7 @@ pub fn mk_pod(ns: &str, name: &str, label_pairs: &[(&str, &str)], node: Option<&
 }
 
 /// A pod as `mk_pod` makes it, with a RuntimeClass and a pod IP.
-pub fn mk_pod_with(
+pub(crate) fn mk_pod_with(
     ns: &str,
     name: &str,
     label_pairs: &[(&str, &str)],
@@ -69,12 +69,12 @@ pub fn mk_pod_with(
 }
 
 /// A Service with this spec (`{}`: a ClusterIP Service without a selector).
-pub fn mk_service(ns: &str, name: &str, spec: Value) -> Service {
+pub(crate) fn mk_service(ns: &str, name: &str, spec: Value) -> Service {
     typed("service", json!({"metadata": {"name": name, "namespace": ns}, "spec": spec}))
 }
 
 /// Endpoints of Service `name`: each address with the pod it names, if any.
-pub fn mk_endpoints(ns: &str, name: &str, addresses: &[(&str, Option<&str>)]) -> Endpoints {
+pub(crate) fn mk_endpoints(ns: &str, name: &str, addresses: &[(&str, Option<&str>)]) -> Endpoints {
     let addresses: Vec<Value> = addresses
         .iter()
         .map(|(ip, pod)| match pod {
@@ -85,12 +85,12 @@ pub fn mk_endpoints(ns: &str, name: &str, addresses: &[(&str, Option<&str>)]) ->
     typed("endpoints", json!({"metadata": {"name": name, "namespace": ns}, "subsets": [{"addresses": addresses}]}))
 }
 
-pub fn mk_runtime_class(name: &str, handler: &str) -> RuntimeClass {
+pub(crate) fn mk_runtime_class(name: &str, handler: &str) -> RuntimeClass {
     typed("runtime class", json!({"metadata": {"name": name}, "handler": handler}))
 }
 
 /// A Deployment of `replicas` pods labelled `app`, one container named `app`.
-pub fn mk_deployment(ns: &str, name: &str, app: &str, replicas: i32) -> Deployment {
+pub(crate) fn mk_deployment(ns: &str, name: &str, app: &str, replicas: i32) -> Deployment {
     typed(
         "deployment",
         json!({
@@ -106,7 +106,7 @@ pub fn mk_deployment(ns: &str, name: &str, app: &str, replicas: i32) -> Deployme
 }
 
 /// An autoscaler of Deployment `target` up to `max` replicas.
-pub fn mk_autoscaler(ns: &str, target: &str, max: i32) -> HorizontalPodAutoscaler {
+pub(crate) fn mk_autoscaler(ns: &str, target: &str, max: i32) -> HorizontalPodAutoscaler {
     typed(
         "autoscaler",
         json!({
