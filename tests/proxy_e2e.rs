@@ -214,7 +214,7 @@ fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
 fn enforced_ceiling(proxy: &Proxy, class: &str) -> Option<u32> {
     let (_, body) = http_get(proxy.admin, "/metrics")?;
     body.lines()
-        .map(support::real_node::unlabelled)
+        .map(support::proxy::unlabelled)
         .filter(|l| l.starts_with(&format!("bulkhead_proxy_class_ceiling{{class=\"{class}\"}}")))
         .find_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .map(|v| v as u32)

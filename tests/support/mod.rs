@@ -5,12 +5,14 @@
 //! the test with the reason.
 #![allow(dead_code)]
 
-pub mod audit;
-pub mod chart;
-pub mod kubelet;
-pub mod operator;
-pub mod real_node;
-pub mod workload;
+pub(crate) mod audit;
+pub(crate) mod chart;
+pub(crate) mod kubelet;
+pub(crate) mod operator;
+#[path = "../proxy/support.rs"]
+pub(crate) mod proxy;
+pub(crate) mod real_node;
+pub(crate) mod workload;
 
 use std::{
     path::{Path, PathBuf},
@@ -26,11 +28,11 @@ use kube::{
     Client, Config,
 };
 
-pub fn repo_root() -> PathBuf {
+pub(crate) fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-pub struct ControlPlane {
+pub(crate) struct ControlPlane {
     pub dir: PathBuf,
     pub kubeconfig: PathBuf,
     pub kubectl: PathBuf,
@@ -40,13 +42,13 @@ static CONTROL_PLANE: OnceLock<ControlPlane> = OnceLock::new();
 
 impl ControlPlane {
     /// The control plane of this test binary, started on first use with three fake nodes.
-    pub fn get() -> &'static ControlPlane {
+    pub(crate) fn get() -> &'static ControlPlane {
         Self::start_with(&["--nodes", "3"])
     }
 
     /// The control plane of this test binary with `n` real nodes (kubelets
     /// with containerd) and no fake ones; call it before anything calls `get`.
-    pub fn with_real_nodes(n: u32) -> &'static ControlPlane {
+    pub(crate) fn with_real_nodes(n: u32) -> &'static ControlPlane {
         let cp = Self::start_with(&["--nodes", "0", "--real-nodes", &n.to_string()]);
         let listed = cp.kubectl(&["get", "nodes", "-l", "test.bulkhead.dev/real-node=true", "-o", "name"]);
         assert!(
@@ -70,12 +72,12 @@ impl ControlPlane {
         })
     }
 
-    pub async fn client(&self) -> Client {
+    pub(crate) async fn client(&self) -> Client {
         client_for(&self.kubeconfig).await
     }
 
     /// Run kubectl as cluster-admin; panics with its stderr when it fails.
-    pub fn kubectl(&self, args: &[&str]) -> String {
+    pub(crate) fn kubectl(&self, args: &[&str]) -> String {
         let out = Command::new(&self.kubectl)
             .arg("--kubeconfig")
             .arg(&self.kubeconfig)
@@ -87,14 +89,14 @@ impl ControlPlane {
     }
 
     /// kubectl apply -f - with the given YAML; panics when it fails.
-    pub fn apply_yaml(&self, yaml: &str) -> String {
+    pub(crate) fn apply_yaml(&self, yaml: &str) -> String {
         let (ok, stdout, stderr) = self.try_apply_yaml(yaml);
         assert!(ok, "kubectl apply failed: {stderr}\n{yaml}");
         stdout
     }
 
     /// kubectl apply -f - with the given YAML: (succeeded, stdout, stderr).
-    pub fn try_apply_yaml(&self, yaml: &str) -> (bool, String, String) {
+    pub(crate) fn try_apply_yaml(&self, yaml: &str) -> (bool, String, String) {
         use std::io::Write;
         let mut child = Command::new(&self.kubectl)
             .arg("--kubeconfig")
@@ -115,12 +117,12 @@ impl ControlPlane {
     }
 
     /// SIGKILL `etcd` or `kube-apiserver` (tests/control-plane kill): a crash.
-    pub fn kill(&self, component: &str) {
+    pub(crate) fn kill(&self, component: &str) {
         self.script(&["kill", &self.dir.display().to_string(), component]);
     }
 
     /// Start a killed component again with its data, flags and ports; returns once it is ready.
-    pub fn restart(&self, component: &str) {
+    pub(crate) fn restart(&self, component: &str) {
         self.script(&["restart", &self.dir.display().to_string(), component]);
     }
 
@@ -136,7 +138,7 @@ impl ControlPlane {
     }
 
     /// Register one fake node with extra labels.
-    pub fn add_node(&self, name: &str, zone: &str, labels: &[(&str, &str)]) {
+    pub(crate) fn add_node(&self, name: &str, zone: &str, labels: &[(&str, &str)]) {
         let status = Command::new(repo_root().join("tests/control-plane"))
             .args(["node", name, zone])
             .env("BULKHEAD_CP_DIR", &self.dir)
@@ -183,21 +185,21 @@ fn env_line(dir: &Path, var: &str) -> String {
         .unwrap_or_else(|| panic!("tests/control-plane env printed no {var}: {stdout}"))
 }
 
-pub async fn client_for(kubeconfig: &Path) -> Client {
+pub(crate) async fn client_for(kubeconfig: &Path) -> Client {
     let kc = Kubeconfig::read_from(kubeconfig).expect("kubeconfig readable");
     let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await.expect("kubeconfig valid");
     Client::try_from(config).expect("client")
 }
 
 /// A namespace for one test, deleted when the guard drops (also on panic).
-pub struct TestNamespace {
+pub(crate) struct TestNamespace {
     pub name: String,
     kubeconfig: PathBuf,
     kubectl: PathBuf,
 }
 
 impl TestNamespace {
-    pub async fn new(prefix: &str, labels: &[(&str, &str)]) -> Self {
+    pub(crate) async fn new(prefix: &str, labels: &[(&str, &str)]) -> Self {
         let cp = ControlPlane::get();
         let name = format!("{prefix}-{}", unique_suffix());
         let ns: Namespace = serde_json::from_value(serde_json::json!({
@@ -220,7 +222,7 @@ impl Drop for TestNamespace {
     }
 }
 
-pub fn unique_suffix() -> String {
+pub(crate) fn unique_suffix() -> String {
     use std::sync::atomic::{AtomicU32, Ordering};
     static N: AtomicU32 = AtomicU32::new(0);
     let nanos =
@@ -232,7 +234,7 @@ pub fn unique_suffix() -> String {
 
 /// A condition of Bulkhead `name` as (status, reason, message), once its status
 /// describes the current generation.
-pub async fn condition(client: &Client, name: &str, type_: &str) -> Option<(String, String, String)> {
+pub(crate) async fn condition(client: &Client, name: &str, type_: &str) -> Option<(String, String, String)> {
     let bh = Api::<bulkhead::crd::Bulkhead>::all(client.clone()).get(name).await.ok()?;
     let status = bh.status?;
     if status.observed_generation != bh.metadata.generation {
@@ -243,7 +245,7 @@ pub async fn condition(client: &Client, name: &str, type_: &str) -> Option<(Stri
 }
 
 /// Poll `check` until it returns Some or `timeout` passes; panics with `what`.
-pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+pub(crate) async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
@@ -260,7 +262,10 @@ where
 
 /// Names of the objects `api` lists that start with `prefix` (e.g. a Bulkhead's
 /// `bulkhead-<name>.` quotas and PriorityClasses).
-pub async fn names_with_prefix<K>(api: &kube::Api<K>, prefix: &str) -> kube::Result<std::collections::BTreeSet<String>>
+pub(crate) async fn names_with_prefix<K>(
+    api: &kube::Api<K>,
+    prefix: &str,
+) -> kube::Result<std::collections::BTreeSet<String>>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {

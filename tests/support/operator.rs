@@ -13,11 +13,11 @@ use std::{
 
 use super::{repo_root, ControlPlane};
 
-pub const NAMESPACE: &str = "bulkhead-system";
-pub const SERVICE_ACCOUNT: &str = "bulkhead";
-pub const USER: &str = "system:serviceaccount:bulkhead-system:bulkhead";
+pub(crate) const NAMESPACE: &str = "bulkhead-system";
+pub(crate) const SERVICE_ACCOUNT: &str = "bulkhead";
+pub(crate) const USER: &str = "system:serviceaccount:bulkhead-system:bulkhead";
 
-pub struct Operator {
+pub(crate) struct Operator {
     pub metrics_port: u16,
     pub log: PathBuf,
     pub kubeconfig: PathBuf,
@@ -26,14 +26,14 @@ pub struct Operator {
 
 static OPERATOR: OnceLock<Operator> = OnceLock::new();
 
-pub fn helm() -> PathBuf {
+pub(crate) fn helm() -> PathBuf {
     let out = Command::new(repo_root().join("tests/helm")).arg("path").output().expect("tests/helm runs");
     assert!(out.status.success(), "could not install helm: {}", String::from_utf8_lossy(&out.stderr));
     PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
 }
 
 /// Run helm against the test control plane; panics with its output on failure.
-pub fn helm_run(args: &[&str]) -> String {
+pub(crate) fn helm_run(args: &[&str]) -> String {
     let cp = ControlPlane::get();
     let out = Command::new(helm())
         .args(args)
@@ -49,7 +49,7 @@ static CHART: OnceLock<PathBuf> = OnceLock::new();
 
 /// Install the chart once per test binary; returns the kubeconfig of its
 /// ServiceAccount.
-pub fn install_chart() -> &'static PathBuf {
+pub(crate) fn install_chart() -> &'static PathBuf {
     CHART.get_or_init(|| {
         let cp = ControlPlane::get();
         helm_run(&["install", "bulkhead", "charts/bulkhead", "--namespace", NAMESPACE, "--create-namespace"]);
@@ -68,7 +68,7 @@ pub fn install_chart() -> &'static PathBuf {
 
 /// A kubeconfig for another ServiceAccount bound to the chart's roles, so the
 /// audit log tells two operator replicas apart by user.
-pub fn second_service_account(name: &str) -> PathBuf {
+pub(crate) fn second_service_account(name: &str) -> PathBuf {
     let cp = ControlPlane::get();
     install_chart();
     cp.apply_yaml(&format!(
@@ -103,18 +103,18 @@ subjects: [{{kind: ServiceAccount, name: {name}, namespace: {NAMESPACE}}}]
 
 impl Operator {
     /// The shared operator of a test binary (no leader election), started once.
-    pub fn get() -> &'static Operator {
+    pub(crate) fn get() -> &'static Operator {
         OPERATOR.get_or_init(|| Operator::start("bulkhead-test", &[]))
     }
 
     /// Start an operator process under the chart's RBAC; it is stopped when the
     /// test binary exits, however it exits.
-    pub fn start(instance: &str, extra_args: &[&str]) -> Operator {
+    pub(crate) fn start(instance: &str, extra_args: &[&str]) -> Operator {
         Operator::start_as(instance, install_chart(), extra_args)
     }
 
     /// Start an operator process with the credentials in `kubeconfig`.
-    pub fn start_as(instance: &str, kubeconfig: &Path, extra_args: &[&str]) -> Operator {
+    pub(crate) fn start_as(instance: &str, kubeconfig: &Path, extra_args: &[&str]) -> Operator {
         let cp = ControlPlane::get();
         let kubeconfig = kubeconfig.to_path_buf();
         let port = free_port();
@@ -147,7 +147,7 @@ impl Operator {
     }
 
     /// Send SIGTERM, as Kubernetes does, and wait for the process to exit.
-    pub fn stop(&self) -> bool {
+    pub(crate) fn stop(&self) -> bool {
         let Ok(pid) = std::fs::read_to_string(&self.pid_file) else { return false };
         let pid = pid.trim().to_string();
         let _ = Command::new("kill").arg(&pid).status();
@@ -163,7 +163,7 @@ impl Operator {
     }
 
     /// SIGKILL, a crash: no graceful shutdown, no Lease released. Returns once it is gone.
-    pub fn kill(&self) -> bool {
+    pub(crate) fn kill(&self) -> bool {
         let Ok(pid) = std::fs::read_to_string(&self.pid_file) else { return false };
         let pid = pid.trim().to_string();
         let _ = Command::new("kill").args(["-9", &pid]).status();
@@ -178,17 +178,17 @@ impl Operator {
     }
 
     /// True while the process started by `start` is alive (it never restarted).
-    pub fn is_running(&self) -> bool {
+    pub(crate) fn is_running(&self) -> bool {
         let Ok(pid) = std::fs::read_to_string(&self.pid_file) else { return false };
         Command::new("kill").args(["-0", pid.trim()]).status().map(|s| s.success()).unwrap_or(false)
     }
 
-    pub fn log_text(&self) -> String {
+    pub(crate) fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// GET a path of the operator's HTTP server: (status code, body).
-    pub fn http_get(&self, path: &str) -> Option<(u16, String)> {
+    pub(crate) fn http_get(&self, path: &str) -> Option<(u16, String)> {
         let mut stream = TcpStream::connect(("127.0.0.1", self.metrics_port)).ok()?;
         stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
         write!(stream, "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").ok()?;

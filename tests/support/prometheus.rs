@@ -13,10 +13,10 @@ use std::{
 use bulkhead::prometheus::{PrometheusClient, Sample};
 
 /// How long Prometheus may take to start and answer.
-pub const READY_WITHIN: Duration = Duration::from_secs(30);
-pub const SCRAPE_INTERVAL: &str = "1s";
+pub(crate) const READY_WITHIN: Duration = Duration::from_secs(30);
+pub(crate) const SCRAPE_INTERVAL: &str = "1s";
 
-pub struct Prometheus {
+pub(crate) struct Prometheus {
     child: Child,
     pub addr: SocketAddr,
     dir: tempfile::TempDir,
@@ -24,7 +24,7 @@ pub struct Prometheus {
 
 impl Prometheus {
     /// Scrape each of `targets` (host:port serving /metrics) as job `bulkhead-proxy`.
-    pub async fn start(targets: &[SocketAddr]) -> Self {
+    pub(crate) async fn start(targets: &[SocketAddr]) -> Self {
         let targets: Vec<String> = targets.iter().map(|t| format!("'{t}'")).collect();
         Self::start_with_scrape_configs(&format!(
             "  - job_name: bulkhead-proxy\n    static_configs:\n      - targets: [{}]\n",
@@ -34,7 +34,7 @@ impl Prometheus {
     }
 
     /// `scrape_configs` is the YAML list under `scrape_configs:`, indented by two.
-    pub async fn start_with_scrape_configs(scrape_configs: &str) -> Self {
+    pub(crate) async fn start_with_scrape_configs(scrape_configs: &str) -> Self {
         let bin = std::env::var("PROMETHEUS_BIN").unwrap_or_else(|_| "prometheus".into());
         let dir = tempfile::tempdir().expect("tempdir");
         let config = dir.path().join("prometheus.yml");
@@ -74,26 +74,26 @@ impl Prometheus {
         }
     }
 
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
 
-    pub fn client(&self) -> PrometheusClient {
+    pub(crate) fn client(&self) -> PrometheusClient {
         PrometheusClient::new(&self.url()).expect("a valid URL")
     }
 
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("prometheus.log")).unwrap_or_default()
     }
 
     /// An instant query now.
-    pub async fn query(&self, promql: &str) -> Vec<Sample> {
+    pub(crate) async fn query(&self, promql: &str) -> Vec<Sample> {
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs_f64();
         self.client().query(promql, now).await.unwrap_or_else(|e| panic!("{promql}: {e}"))
     }
 
     /// Wait (bounded by `within`) until `promql` returns at least `n` series.
-    pub async fn wait_for_series(&self, promql: &str, n: usize, within: Duration) -> Vec<Sample> {
+    pub(crate) async fn wait_for_series(&self, promql: &str, n: usize, within: Duration) -> Vec<Sample> {
         let deadline = Instant::now() + within;
         loop {
             let found = self.query(promql).await;

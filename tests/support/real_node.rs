@@ -15,7 +15,7 @@ use std::{
 use super::{repo_root, ControlPlane};
 
 /// The operator and test-app images, built and imported into every real node once per test binary.
-pub struct Images {
+pub(crate) struct Images {
     pub operator: String,
     pub app: String,
 }
@@ -23,7 +23,7 @@ pub struct Images {
 static IMAGES: OnceLock<Images> = OnceLock::new();
 
 impl Images {
-    pub fn get() -> &'static Images {
+    pub(crate) fn get() -> &'static Images {
         IMAGES.get_or_init(|| {
             let cp = ControlPlane::get();
             let started = Instant::now();
@@ -57,14 +57,14 @@ impl Images {
     }
 
     /// (repository, tag) of the operator image, as the chart's values take it.
-    pub fn operator_repo_tag(&self) -> (&str, &str) {
+    pub(crate) fn operator_repo_tag(&self) -> (&str, &str) {
         self.operator.rsplit_once(':').expect("the operator image has a tag")
     }
 }
 
 /// One HTTP/1.1 exchange on a fresh connection: (status, elapsed). Status 0
 /// when the connection failed or no status line came back within `timeout`.
-pub fn http_get(addr: SocketAddr, path: &str, timeout: Duration) -> (u16, Duration) {
+pub(crate) fn http_get(addr: SocketAddr, path: &str, timeout: Duration) -> (u16, Duration) {
     let started = Instant::now();
     let status = (|| {
         let mut stream = TcpStream::connect_timeout(&addr, timeout).ok()?;
@@ -84,28 +84,15 @@ pub fn http_get(addr: SocketAddr, path: &str, timeout: Duration) -> (u16, Durati
 /// The value of one sample in a Prometheus text exposition, by its exact
 /// name and label set as printed (e.g. `bulkhead_proxy_class_in_flight{class="a"}`),
 /// leaving out the `bulkhead` label every proxy series carries.
-pub fn sample(exposition: &str, series: &str) -> Option<f64> {
+pub(crate) fn sample(exposition: &str, series: &str) -> Option<f64> {
     exposition.lines().find_map(|l| unlabelled(l).strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
-/// An exposition line without the `bulkhead="…"` label every proxy series
-/// carries, so that a test names a series by the labels it is about.
-pub fn unlabelled(line: &str) -> String {
-    const KEY: &str = "bulkhead=\"";
-    let Some(start) = line.find(KEY) else { return line.to_owned() };
-    let value = start + KEY.len();
-    let (mut a, mut b) = (start, line[value..].find('"').map_or(line.len(), |e| value + e + 1));
-    if line[b..].starts_with(',') {
-        b += 1;
-    } else if line[..a].ends_with(',') {
-        a -= 1;
-    }
-    format!("{}{}", &line[..a], &line[b..]).replacen("{}", "", 1)
-}
+use super::proxy::unlabelled;
 
 /// A container as the runtime on a real node knows it.
 #[derive(Debug)]
-pub struct RuntimeContainer {
+pub(crate) struct RuntimeContainer {
     pub id: String,
     pub node: String,
     /// The host PID of the container's first process.
@@ -115,7 +102,7 @@ pub struct RuntimeContainer {
 impl RuntimeContainer {
     /// The container named `container` of pod `namespace/pod`, from the
     /// containerd of whichever real node runs it (CRI labels its containers).
-    pub fn find(cp: &ControlPlane, namespace: &str, pod: &str, container: &str) -> Option<RuntimeContainer> {
+    pub(crate) fn find(cp: &ControlPlane, namespace: &str, pod: &str, container: &str) -> Option<RuntimeContainer> {
         for node_dir in node_dirs(cp) {
             let socket = node_dir.join("containerd.sock");
             let ctr = |args: &[&str]| -> Option<String> {
@@ -145,7 +132,7 @@ impl RuntimeContainer {
     }
 
     /// Real, effective, saved and filesystem uids of its process (/proc/PID/status).
-    pub fn uids(&self) -> Vec<u32> {
+    pub(crate) fn uids(&self) -> Vec<u32> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).expect("/proc/PID/status");
         status
             .lines()
@@ -157,7 +144,7 @@ impl RuntimeContainer {
     }
 
     /// The options of the mount at / inside its mount namespace (/proc/PID/mountinfo).
-    pub fn root_mount_options(&self) -> Vec<String> {
+    pub(crate) fn root_mount_options(&self) -> Vec<String> {
         let info = std::fs::read_to_string(format!("/proc/{}/mountinfo", self.pid)).expect("/proc/PID/mountinfo");
         // Fields: id parent major:minor root mount-point options ...; the last mount at / wins.
         let root = info.lines().rfind(|l| l.split_whitespace().nth(4) == Some("/")).expect("a mount at /");
@@ -165,13 +152,13 @@ impl RuntimeContainer {
     }
 
     /// Its command line, as the kernel has it.
-    pub fn cmdline(&self) -> Vec<String> {
+    pub(crate) fn cmdline(&self) -> Vec<String> {
         let raw = std::fs::read(format!("/proc/{}/cmdline", self.pid)).expect("/proc/PID/cmdline");
         raw.split(|b| *b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect()
     }
 
     /// Whether the process can write below / (a probe from the host into its root).
-    pub fn root_writable(&self) -> bool {
+    pub(crate) fn root_writable(&self) -> bool {
         let probe = Path::new("/proc").join(self.pid.to_string()).join("root/.bulkhead-write-probe");
         // As root on the host a read-only mount still refuses the write.
         let wrote = std::fs::write(&probe, b"x").is_ok();
@@ -189,7 +176,7 @@ fn node_dirs(cp: &ControlPlane) -> Vec<PathBuf> {
 /// else `--admin`), scraped from inside its pod's network namespace: the
 /// default keeps metrics off the pod IP.
 #[derive(Clone, Debug)]
-pub struct SidecarMetrics {
+pub(crate) struct SidecarMetrics {
     pub pid: u32,
     /// Where to scrape from inside the pod.
     pub addr: SocketAddr,
@@ -198,7 +185,7 @@ pub struct SidecarMetrics {
 }
 
 impl SidecarMetrics {
-    pub fn of(container: &RuntimeContainer) -> SidecarMetrics {
+    pub(crate) fn of(container: &RuntimeContainer) -> SidecarMetrics {
         let args = container.cmdline();
         let flag = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
         let listen = flag("--metrics").or_else(|| flag("--admin")).expect("the sidecar names a metrics address");
@@ -211,7 +198,7 @@ impl SidecarMetrics {
     }
 
     /// GET /metrics from inside the pod (nsenter into its network namespace).
-    pub fn scrape(&self) -> Option<String> {
+    pub(crate) fn scrape(&self) -> Option<String> {
         let out = Command::new("nsenter")
             .arg(format!("--net=/proc/{}/ns/net", self.pid))
             .args(["curl", "-sf", "-m", "5"])
