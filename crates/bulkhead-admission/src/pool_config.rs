@@ -217,6 +217,8 @@ impl FromStr for Cidr {
 #[cfg(test)]
 mod tests {
     use super::*;
+    // The README's example pool: 40 + 30 + 10 + 5 reserved, 115 shared, 200 in all.
+    use crate::admission::tests::example;
 
     #[test]
     fn only_reject_is_read_at_the_ceiling() {
@@ -237,33 +239,6 @@ mod tests {
         }
         for ip in ["10.244.1.7", "192.168.0.1", "::ffff:10.0.0.1", "fd00::1", "0.0.0.0"] {
             assert!(!believed(ip), "{ip} is another pod or host");
-        }
-    }
-
-    fn example() -> PoolConfig {
-        // The README's example pool: 40 + 30 + 10 + 5 reserved, 115 shared, 200 in all.
-        let class = |name: &str, reserved: u32, critical: bool| PoolClass {
-            name: name.into(),
-            reserved,
-            ceiling: reserved + 115,
-            critical,
-            max_duration_ms: None,
-        };
-        PoolConfig {
-            version: POOL_CONFIG_VERSION,
-            bulkhead: "example".into(),
-            resource: "connections".into(),
-            scope: Scope::Instance,
-            divided_by: 1,
-            capacity: 200,
-            shared_surplus: 115,
-            on_ceiling: OnCeiling::Reject,
-            classes: vec![
-                class("checkout", 40, false),
-                class("search", 30, false),
-                class("reports", 10, false),
-                class("control-plane", 5, true),
-            ],
         }
     }
 
