@@ -40,7 +40,9 @@ async fn admits_to_exactly_the_ceiling_and_holds_each_slot_until_its_body_ends()
     assert_eq!(header(&res, "retry-after"), "2");
     assert!(res.into_body().collect().await.expect("empty body").to_bytes().is_empty());
 
-    // Rejections answer at once: median of 50 on a kept-alive connection.
+    // Rejections answer at once, never queued behind the held slots (which
+    // stay held): median of 50 on a kept-alive connection. The figure is
+    // printed; the bound only tells "at once" from "queued" on a loaded machine.
     let mut took = Vec::new();
     for _ in 0..50 {
         let started = Instant::now();
@@ -50,7 +52,7 @@ async fn admits_to_exactly_the_ceiling_and_holds_each_slot_until_its_body_ends()
     }
     took.sort();
     println!("rejection round trip: median {:?}, max {:?}", took[25], took[49]);
-    assert!(took[25] < Duration::from_millis(1), "median rejection took {:?}", took[25]);
+    assert!(took[25] < Duration::from_millis(250), "median rejection took {:?}", took[25]);
 
     // checkout borrowed 3 of the 4 shared: search gets its floor and one more.
     for _ in 0..3 {
@@ -264,11 +266,13 @@ async fn reloads_follow_the_kubelet_swap_without_cutting_in_flight_requests() {
         (res.status().as_u16(), header(res, "x-bulkhead-reason").to_owned())
     };
 
-    // Raise the ceiling: one more fits, and the reload lands well under a second.
+    // Raise the ceiling: one more fits. The reload is polled every 100 ms (its
+    // figure is printed); the bound allows a loaded machine, and still tells
+    // the poll from the kubelet's one-minute sync.
     config.update(&pools(6));
     let took = proxy.await_generation(2).await;
     println!("reload applied in {took:?}");
-    assert!(took < Duration::from_millis(900), "reload took {took:?}");
+    assert!(took < Duration::from_secs(5), "reload took {took:?}");
     assert_eq!(proxy.metric(r#"bulkhead_proxy_class_ceiling{class="checkout"}"#).await, 6.0);
     held.push(hold(&client, &proxy, Some("checkout")).await);
     assert_eq!(reason(&send(&client, request(&proxy.url("/hold"), Some("checkout"))).await), (503, "ceiling".into()));
