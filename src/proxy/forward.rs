@@ -29,13 +29,17 @@ use hyper_util::{
 use tokio::{sync::watch, time::Sleep};
 
 use super::{
+    h2_upstream::{H2Body, H2Upstream},
     idle::{self, IdleBody},
     layer::HoldPermit,
     reject::{is_grpc, REASON_HEADER},
 };
 
 /// The body the proxy answers with: the upstream's, or empty (502, 504, 408).
-pub type ProxyBody = Either<IdleBody<Incoming>, Empty<Bytes>>;
+pub type ProxyBody = Either<IdleBody<UpstreamBody>, Empty<Bytes>>;
+
+/// An upstream's response body, from hyper's HTTP/1.1 client or from h2.
+pub type UpstreamBody = Either<Incoming, H2Body>;
 
 /// The time limits and upgrade policy of forwarding (see `--response-timeout`,
 /// `--idle-timeout`, `--allow-upgrade`); zero durations disable a limit.
@@ -97,6 +101,8 @@ impl std::fmt::Display for Upstream {
 #[derive(Clone, Debug)]
 pub struct Forward {
     client: Client<HttpConnector, IdleBody<Incoming>>,
+    /// `--upstream-protocol h2c`: requests go this way instead of through `client`.
+    h2: Option<Arc<H2Upstream>>,
     upstream: Upstream,
     protocol: UpstreamProtocol,
     limits: Limits,
@@ -113,10 +119,9 @@ impl Forward {
         connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
         let mut builder = Client::builder(TokioExecutor::new());
         builder.pool_idle_timeout(Duration::from_secs(90));
-        if protocol == UpstreamProtocol::H2c {
-            builder.http2_only(true);
-        }
-        Self { client: builder.build(connector), upstream, protocol, limits, drain }
+        let h2 =
+            (protocol == UpstreamProtocol::H2c).then(|| H2Upstream::new(upstream.authority.clone(), CONNECT_TIMEOUT));
+        Self { client: builder.build(connector), h2, upstream, protocol, limits, drain }
     }
 
     /// Send `req` upstream; `peer` is the client's address for x-forwarded-for.
@@ -156,7 +161,11 @@ impl Forward {
         let idle = self.limits.idle_timeout;
         let stalled = (!idle.is_zero() && !http_body::Body::is_end_stream(&body)).then(Arc::<AtomicBool>::default);
         let body = IdleBody::new(body, idle, stalled.clone());
-        let inner = self.client.request(Request::from_parts(parts, body));
+        let req = Request::from_parts(parts, body);
+        let inner = match &self.h2 {
+            Some(h2) => Pending::H2(Box::pin(Arc::clone(h2).send(req))),
+            None => Pending::Hyper(self.client.request(req)),
+        };
         let timeout = Some(self.limits.response_timeout).filter(|t| !t.is_zero());
         let head = match (timeout, max) {
             (Some(t), Some(m)) => Some(t.min(m)),
@@ -202,9 +211,38 @@ pub struct ForwardFuture {
     state: State,
 }
 
+/// The upstream's answer on its way.
+enum Pending {
+    Hyper(ResponseFuture),
+    H2(Pin<Box<dyn Future<Output = Result<Response<H2Body>, super::h2_upstream::H2Error>> + Send>>),
+}
+
+impl Pending {
+    /// The response, or whether the failure was to connect.
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<Response<UpstreamBody>, bool>> {
+        let failed = |e: &dyn std::error::Error| tracing::debug!(error = %e, "upstream failed");
+        match self {
+            Pending::Hyper(f) => Pin::new(f).poll(cx).map(|r| match r {
+                Ok(res) => Ok(res.map(Either::Left)),
+                Err(e) => {
+                    failed(&e);
+                    Err(e.is_connect())
+                }
+            }),
+            Pending::H2(f) => f.as_mut().poll(cx).map(|r| match r {
+                Ok(res) => Ok(res.map(Either::Right)),
+                Err(e) => {
+                    failed(&e);
+                    Err(e.is_connect())
+                }
+            }),
+        }
+    }
+}
+
 enum State {
     Waiting {
-        inner: ResponseFuture,
+        inner: Pending,
         inbound: Option<hyper::upgrade::OnUpgrade>,
         drain: watch::Receiver<()>,
         /// `--response-timeout`, boxed because a Sleep is not Unpin.
@@ -238,17 +276,15 @@ impl Future for ForwardFuture {
                 (inner, inbound, drain, deadline, stalled, *grpc, *idle, *end)
             }
         };
-        let polled = Pin::new(inner).poll(cx);
-        let mut res = match polled {
+        let mut res = match inner.poll(cx) {
             Poll::Ready(Ok(res)) => res,
-            Poll::Ready(Err(e)) => {
-                tracing::debug!(error = %e, "upstream failed");
+            Poll::Ready(Err(connect)) => {
                 if stalled.as_ref().is_some_and(|s| s.load(Ordering::Relaxed)) {
                     let mut res = answer(StatusCode::REQUEST_TIMEOUT, "request-body-idle");
                     res.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
                     return Poll::Ready(Ok(res));
                 }
-                let reason = if e.is_connect() { "upstream-connect" } else { "upstream" };
+                let reason = if connect { "upstream-connect" } else { "upstream" };
                 return Poll::Ready(Ok(answer(StatusCode::BAD_GATEWAY, reason)));
             }
             Poll::Pending => {
@@ -291,7 +327,7 @@ fn timed_out(grpc: bool) -> Response<ProxyBody> {
 /// request's permit (sent through [`HoldPermit`]) until either side closes.
 fn splice(
     inbound: hyper::upgrade::OnUpgrade,
-    res: &mut Response<Incoming>,
+    res: &mut Response<UpstreamBody>,
     drain: watch::Receiver<()>,
     idle: Duration,
 ) {

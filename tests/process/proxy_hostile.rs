@@ -496,3 +496,90 @@ async fn an_h2c_upstream_streams_both_ways_and_keeps_every_limit() {
     assert_eq!((res.status().as_u16(), header(&res, "x-bulkhead-reason")), (502, "upstream-connect"));
     slots_free(&gone, "checkout").await;
 }
+
+/// An h2c upstream that says GOAWAY on request, as a gRPC server does at its
+/// `MAX_CONNECTION_AGE` or any server in a graceful restart: the connections
+/// it had keep serving their open streams, and new connections are accepted.
+/// `/hold` answers once the test releases it; anything else answers at once.
+struct RecyclingUpstream {
+    addr: SocketAddr,
+    goaway: tokio::sync::watch::Sender<bool>,
+    release: tokio::sync::watch::Sender<bool>,
+    connections: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl RecyclingUpstream {
+    async fn start() -> Self {
+        use std::sync::{atomic::Ordering, Arc};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind upstream");
+        let addr = listener.local_addr().expect("addr");
+        let (goaway, goaway_rx) = tokio::sync::watch::channel(false);
+        let (release, release_rx) = tokio::sync::watch::channel(false);
+        let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = Arc::clone(&connections);
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
+                let (mut goaway_rx, release_rx) = (goaway_rx.clone(), release_rx.clone());
+                goaway_rx.mark_unchanged();
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                        let mut release_rx = release_rx.clone();
+                        async move {
+                            if req.uri().path() == "/hold" {
+                                let _ = release_rx.wait_for(|r| *r).await;
+                            }
+                            Ok::<_, std::convert::Infallible>(hyper::Response::new(http_body_util::Full::new(
+                                bytes::Bytes::from_static(b"ok"),
+                            )))
+                        }
+                    });
+                    let conn = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+                    let mut conn = std::pin::pin!(conn);
+                    tokio::select! {
+                        _ = conn.as_mut() => return,
+                        _ = goaway_rx.changed() => conn.as_mut().graceful_shutdown(),
+                    }
+                    let _ = conn.await;
+                });
+            }
+        });
+        RecyclingUpstream { addr, goaway, release, connections }
+    }
+}
+
+#[tokio::test]
+async fn an_h2c_upstream_that_says_goaway_costs_no_request() {
+    use std::sync::atomic::Ordering;
+    let up = RecyclingUpstream::start().await;
+    let config = ConfigDir::new(&pools(5));
+    let url = format!("http://{}", up.addr);
+    let proxy = Proxy::start(config.path(), &args(&url, &["--upstream-protocol", "h2c"])).await;
+    let client = h2c();
+    let res = send(&client, request(&proxy.url("/"), Some("search"))).await;
+    assert_eq!(res.status(), 200);
+    res.into_body().collect().await.expect("body");
+    // A long request keeps the first connection open past its GOAWAY.
+    let held = tokio::spawn({
+        let (client, url) = (client.clone(), proxy.url("/hold"));
+        async move { send(&client, request(&url, Some("checkout"))).await }
+    });
+    let deadline = Instant::now() + WAIT;
+    while proxy.in_flight("checkout").await != 1.0 {
+        assert!(Instant::now() < deadline, "the held request never arrived:\n{}", proxy.log());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    up.goaway.send_replace(true);
+    // Every request after the GOAWAY is answered, on a new connection.
+    for i in 0..20 {
+        let res = send(&client, request(&proxy.url("/"), Some("search"))).await;
+        assert_eq!((i, res.status().as_u16(), header(&res, "x-bulkhead-reason").to_owned()), (i, 200, String::new()));
+        res.into_body().collect().await.expect("body");
+    }
+    assert_eq!(up.connections.load(Ordering::SeqCst), 2, "one new connection after the GOAWAY");
+    up.release.send_replace(true);
+    let held = tokio::time::timeout(WAIT, held).await.expect("the held request ends").expect("joined");
+    assert_eq!(held.status(), 200, "the stream open at the GOAWAY is served to its end");
+    assert_eq!(held.into_body().collect().await.expect("body").to_bytes(), "ok");
+}

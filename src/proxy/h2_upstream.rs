@@ -1,0 +1,240 @@
+//! The h2c upstream (`--upstream-protocol h2c`) spoken with the `h2` crate
+//! directly: each forwarded request opens a stream on one shared connection
+//! and its response is awaited in the client's own task. hyper's pooled
+//! client passes every request to its connection task through a channel and
+//! spawns a task per response (with two oneshots); without that hand-off an
+//! HTTP/2 request costs 0.7-0.9x the CPU (docs/benchmarks.md).
+
+use std::{
+    pin::Pin,
+    sync::{Arc, Mutex, PoisonError},
+    task::{ready, Context, Poll},
+    time::Duration,
+};
+
+use bytes::{Buf, Bytes};
+use h2::client::SendRequest;
+use http::{uri::Authority, Request, Response};
+use http_body::{Body, Frame, SizeHint};
+use tokio::net::TcpStream;
+
+use super::idle::BoxError;
+
+/// Why a request could not be sent or answered.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum H2Error {
+    #[error("cannot connect to the upstream")]
+    Connect(#[source] std::io::Error),
+    #[error("connecting to the upstream timed out")]
+    ConnectTimeout,
+    #[error("h2 handshake with the upstream")]
+    Handshake(#[source] h2::Error),
+    #[error("upstream stream")]
+    Stream(#[source] h2::Error),
+}
+
+impl H2Error {
+    pub(super) fn is_connect(&self) -> bool {
+        matches!(self, H2Error::Connect(_) | H2Error::ConnectTimeout | H2Error::Handshake(_))
+    }
+}
+
+/// One upstream, one HTTP/2 connection, made again when it is gone.
+#[derive(Debug)]
+pub(super) struct H2Upstream {
+    authority: Authority,
+    connect_timeout: Duration,
+    /// The connection's handle, and its number (so an old one's end clears only itself).
+    current: Mutex<Option<(u64, SendRequest<Bytes>)>>,
+    /// Held while connecting, so concurrent requests share one new connection.
+    connecting: tokio::sync::Mutex<u64>,
+}
+
+impl H2Upstream {
+    pub(super) fn new(authority: Authority, connect_timeout: Duration) -> Arc<Self> {
+        Arc::new(H2Upstream {
+            authority,
+            connect_timeout,
+            current: Mutex::new(None),
+            connecting: tokio::sync::Mutex::new(0),
+        })
+    }
+
+    fn current(&self) -> Option<(u64, SendRequest<Bytes>)> {
+        self.current.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    fn forget(&self, id: u64) {
+        let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        if current.as_ref().is_some_and(|(c, _)| *c == id) {
+            *current = None;
+        }
+    }
+
+    async fn sender(self: &Arc<Self>) -> Result<(u64, SendRequest<Bytes>), H2Error> {
+        if let Some(s) = self.current() {
+            return Ok(s);
+        }
+        let mut next = self.connecting.lock().await;
+        if let Some(s) = self.current() {
+            return Ok(s);
+        }
+        let addr = self.authority.as_str();
+        let tcp = tokio::time::timeout(self.connect_timeout, TcpStream::connect(addr))
+            .await
+            .map_err(|_| H2Error::ConnectTimeout)?
+            .map_err(H2Error::Connect)?;
+        let _ = tcp.set_nodelay(true);
+        // The windows hyper's pooled client had (2 MiB a stream, 5 MiB the
+        // connection): the upstream may run that far ahead of slow readers,
+        // which bounds what one connection buffers. h2's default 64 KiB would
+        // make a large response wait for credit after every 32 KiB read.
+        let (send, conn) = h2::client::Builder::new()
+            .initial_window_size(2 << 20)
+            .initial_connection_window_size(5 << 20)
+            .max_send_buffer_size(1 << 20)
+            .handshake(tcp)
+            .await
+            .map_err(H2Error::Handshake)?;
+        *next += 1;
+        let id = *next;
+        let this = Arc::clone(self);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "upstream h2 connection ended");
+            }
+            this.forget(id);
+        });
+        *self.current.lock().unwrap_or_else(PoisonError::into_inner) = Some((id, send.clone()));
+        Ok((id, send))
+    }
+
+    /// A sender that can open a stream now. A connection that cannot (the
+    /// upstream said GOAWAY, as gRPC servers do at their maximum connection
+    /// age, or closed it) is forgotten and a new one made, once: no stream was
+    /// opened, so nothing of the request has been sent.
+    async fn ready_sender(self: &Arc<Self>) -> Result<(u64, SendRequest<Bytes>), H2Error> {
+        let mut retried = false;
+        loop {
+            let (id, send) = self.sender().await?;
+            match send.ready().await {
+                Ok(send) => return Ok((id, send)),
+                Err(e) => {
+                    tracing::debug!(error = %e, "upstream h2 connection cannot open a stream; making a new one");
+                    self.forget(id);
+                    if retried {
+                        return Err(H2Error::Stream(e));
+                    }
+                    retried = true;
+                }
+            }
+        }
+    }
+
+    /// Send `req` (its body streamed by a task of its own unless it is empty)
+    /// and wait for the response head.
+    pub(super) async fn send<B>(self: Arc<Self>, req: Request<B>) -> Result<Response<H2Body>, H2Error>
+    where
+        B: Body<Data = Bytes> + Send + Unpin + 'static,
+        B::Error: Into<BoxError> + Send,
+    {
+        let (id, mut send) = self.ready_sender().await?;
+        let (parts, body) = req.into_parts();
+        let eos = body.is_end_stream();
+        let (response, stream) = match send.send_request(Request::from_parts(parts, ()), eos) {
+            Ok(sent) => sent,
+            Err(e) => {
+                self.forget(id);
+                return Err(H2Error::Stream(e));
+            }
+        };
+        if !eos {
+            tokio::spawn(pipe(body, stream));
+        }
+        let res = response.await.map_err(H2Error::Stream)?;
+        Ok(res.map(|recv| H2Body { recv, data_done: false }))
+    }
+}
+
+/// Copy a request body into its stream, within the peer's flow control; a
+/// body that fails (the client stalled) resets the stream.
+async fn pipe<B>(mut body: B, mut stream: h2::SendStream<Bytes>)
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError> + Send,
+{
+    loop {
+        let frame = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await;
+        let frame = match frame {
+            None => {
+                let _ = stream.send_data(Bytes::new(), true);
+                return;
+            }
+            Some(Err(_)) => {
+                stream.send_reset(h2::Reason::CANCEL);
+                return;
+            }
+            Some(Ok(frame)) => frame,
+        };
+        let frame = match frame.into_data() {
+            Ok(mut data) => {
+                while data.has_remaining() {
+                    stream.reserve_capacity(data.len());
+                    let room = match std::future::poll_fn(|cx| stream.poll_capacity(cx)).await {
+                        Some(Ok(n)) => n,
+                        _ => return,
+                    };
+                    let chunk = data.split_to(room.min(data.len()));
+                    if stream.send_data(chunk, false).is_err() {
+                        return;
+                    }
+                }
+                continue;
+            }
+            Err(frame) => frame,
+        };
+        if let Ok(trailers) = frame.into_trailers() {
+            let _ = stream.send_trailers(trailers);
+            return;
+        }
+    }
+}
+
+/// An upstream response body: data (its flow-control window given back as
+/// it is read), then trailers.
+#[derive(Debug)]
+pub struct H2Body {
+    recv: h2::RecvStream,
+    data_done: bool,
+}
+
+impl Body for H2Body {
+    type Data = Bytes;
+    type Error = h2::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
+        if !self.data_done {
+            match ready!(self.recv.poll_data(cx)) {
+                Some(Ok(data)) => {
+                    let _ = self.recv.flow_control().release_capacity(data.len());
+                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
+                Some(Err(e)) => return Poll::Ready(Some(Err(e))),
+                None => self.data_done = true,
+            }
+        }
+        match ready!(self.recv.poll_trailers(cx)) {
+            Ok(Some(trailers)) => Poll::Ready(Some(Ok(Frame::trailers(trailers)))),
+            Ok(None) => Poll::Ready(None),
+            Err(e) => Poll::Ready(Some(Err(e))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.recv.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::default()
+    }
+}
