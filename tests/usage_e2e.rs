@@ -315,26 +315,32 @@ async fn separate_worker_pools_are_no_leak() {
     assert!(advice.findings.iter().all(|f| f.kind != FindingKind::IsolationLeak), "{:?}", advice.findings);
 }
 
-/// The note's sensitivity figure, not a CI test (about 40 s a run):
-/// `cargo test --test usage_e2e -- --ignored --nocapture leak_sensitivity`.
-/// Separate worker pools with a leak injected: while `hot` is being served,
-/// every `other` request takes DELTA ms more (its baseline is ~20 ms); then
-/// runs with nothing injected, for false positives.
+/// Leak-detection sensitivity: separate worker pools with a leak injected
+/// (while `hot` is being served, every `other` request takes DELTA ms more;
+/// its baseline is ~20 ms), then runs with nothing injected. By default one
+/// coupling well past the threshold (x1.5 and +5 ms) must be found and one
+/// clean run must find none (about 80 s); the sweep behind the figures in
+/// docs/benchmarks.md is `LEAK_DELTAS_MS=4,8,12,16,24 LEAK_CLEAN_RUNS=3`,
+/// where couplings under 24 ms are measured, not asserted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a measurement: minutes of load"]
 async fn leak_sensitivity() {
+    const FOUND_FROM_MS: u64 = 24;
     let deltas: Vec<u64> = std::env::var("LEAK_DELTAS_MS")
-        .unwrap_or_else(|_| "4,8,12,16,24".into())
+        .unwrap_or_else(|_| FOUND_FROM_MS.to_string())
         .split(',')
         .map(|d| d.trim().parse().expect("milliseconds"))
         .collect();
-    let clean_runs: usize = std::env::var("LEAK_CLEAN_RUNS").ok().and_then(|n| n.parse().ok()).unwrap_or(3);
+    let clean_runs: usize = std::env::var("LEAK_CLEAN_RUNS").ok().and_then(|n| n.parse().ok()).unwrap_or(1);
     let mut lines = Vec::new();
     for delta in deltas {
         let advice =
             saturate_one_class(&format!("coupled{delta}"), Workers::PerClass(2), Some(Duration::from_millis(delta)))
                 .await;
         let leak = advice.findings.iter().find(|f| f.kind == FindingKind::IsolationLeak);
+        if delta >= FOUND_FROM_MS {
+            let leak = leak.unwrap_or_else(|| panic!("+{delta} ms not found: {:?}", advice.findings));
+            assert_eq!(leak.classes, ["hot", "other"], "{}", leak.message);
+        }
         lines
             .push(format!("injected +{delta} ms: {}", leak.map_or("no leak found".to_string(), |f| f.message.clone())));
     }
@@ -344,7 +350,8 @@ async fn leak_sensitivity() {
         false_positives += advice.findings.iter().filter(|f| f.kind == FindingKind::IsolationLeak).count();
     }
     lines.push(format!("nothing injected: {false_positives} IsolationLeak finding(s) in {clean_runs} runs"));
-    for l in lines {
+    for l in &lines {
         println!("sensitivity: {l}");
     }
+    assert_eq!(false_positives, 0, "{lines:#?}");
 }
