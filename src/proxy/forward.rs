@@ -1,6 +1,6 @@
-//! The upstream side: a pooled keep-alive client, requests forwarded without
-//! hop-by-hop headers, bodies streamed both ways, upgrades spliced, and a 502
-//! naming the failure when the upstream cannot answer.
+//! The upstream side: keep-alive connections (HTTP/1.1 or h2c), requests
+//! forwarded without hop-by-hop headers, bodies streamed both ways, upgrades
+//! spliced, and a 502 naming the failure when the upstream cannot answer.
 
 use std::{
     convert::Infallible,
@@ -22,13 +22,11 @@ use http::{
 };
 use http_body_util::{Either, Empty};
 use hyper::body::Incoming;
-use hyper_util::{
-    client::legacy::{connect::HttpConnector, Client, ResponseFuture},
-    rt::{TokioExecutor, TokioIo},
-};
+use hyper_util::rt::TokioIo;
 use tokio::{sync::watch, time::Sleep};
 
 use super::{
+    h1_upstream::{H1Body, H1Upstream},
     h2_upstream::{H2Body, H2Upstream},
     idle::{self, IdleBody},
     layer::HoldPermit,
@@ -38,8 +36,8 @@ use super::{
 /// The body the proxy answers with: the upstream's, or empty (502, 504, 408).
 pub type ProxyBody = Either<IdleBody<UpstreamBody>, Empty<Bytes>>;
 
-/// An upstream's response body, from hyper's HTTP/1.1 client or from h2.
-pub type UpstreamBody = Either<Incoming, H2Body>;
+/// An upstream's response body, over HTTP/1.1 or h2c.
+pub type UpstreamBody = Either<H1Body, H2Body>;
 
 /// The time limits and upgrade policy of forwarding (see `--response-timeout`,
 /// `--idle-timeout`, `--allow-upgrade`); zero durations disable a limit.
@@ -100,9 +98,7 @@ impl std::fmt::Display for Upstream {
 /// Forwards requests to one upstream.
 #[derive(Clone, Debug)]
 pub struct Forward {
-    client: Client<HttpConnector, IdleBody<Incoming>>,
-    /// `--upstream-protocol h2c`: requests go this way instead of through `client`.
-    h2: Option<Arc<H2Upstream>>,
+    via: Via,
     upstream: Upstream,
     protocol: UpstreamProtocol,
     limits: Limits,
@@ -112,16 +108,21 @@ pub struct Forward {
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The upstream's connections.
+#[derive(Clone, Debug)]
+enum Via {
+    H1(Arc<H1Upstream>),
+    H2(Arc<H2Upstream>),
+}
+
 impl Forward {
     pub fn new(upstream: Upstream, protocol: UpstreamProtocol, limits: Limits, drain: watch::Receiver<()>) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
-        let mut builder = Client::builder(TokioExecutor::new());
-        builder.pool_idle_timeout(Duration::from_secs(90));
-        let h2 =
-            (protocol == UpstreamProtocol::H2c).then(|| H2Upstream::new(upstream.authority.clone(), CONNECT_TIMEOUT));
-        Self { client: builder.build(connector), h2, upstream, protocol, limits, drain }
+        let authority = upstream.authority.clone();
+        let via = match protocol {
+            UpstreamProtocol::Http1 => Via::H1(H1Upstream::new(authority, CONNECT_TIMEOUT)),
+            UpstreamProtocol::H2c => Via::H2(H2Upstream::new(authority, CONNECT_TIMEOUT)),
+        };
+        Self { via, upstream, protocol, limits, drain }
     }
 
     /// Send `req` upstream; `peer` is the client's address for x-forwarded-for.
@@ -133,24 +134,45 @@ impl Forward {
         let h2 = req.version() == Version::HTTP_2;
         let grpc = is_grpc(&req);
         let (mut parts, body) = req.into_parts();
-        let mut uri = std::mem::take(&mut parts.uri).into_parts();
-        uri.scheme = Some(self.upstream.scheme.clone());
-        uri.authority = Some(self.upstream.authority.clone());
-        if uri.path_and_query.is_none() {
-            uri.path_and_query = Some(PathAndQuery::from_static("/"));
-        }
-        parts.uri = match Uri::from_parts(uri) {
-            Ok(uri) => uri,
-            Err(_) => return ForwardFuture::ready(answer(StatusCode::BAD_REQUEST, "bad-request-target")),
+        let target = std::mem::take(&mut parts.uri).into_parts().path_and_query;
+        let target = target.unwrap_or_else(|| PathAndQuery::from_static("/"));
+        parts.uri = match self.protocol {
+            // Origin form; the host goes in Host, below.
+            UpstreamProtocol::Http1 => Uri::from(target),
+            // An HTTP/2 upstream reads the host from :authority (RFC 9113 8.3.1): the client's, as
+            // HAProxy sends it (the connection does not depend on it).
+            UpstreamProtocol::H2c => {
+                let host = parts.headers.remove(header::HOST);
+                let authority = original_authority
+                    .clone()
+                    .or_else(|| host.and_then(|h| Authority::try_from(h.as_bytes()).ok()))
+                    .unwrap_or_else(|| self.upstream.authority.clone());
+                let mut uri = http::uri::Parts::default();
+                uri.scheme = Some(self.upstream.scheme.clone());
+                uri.authority = Some(authority);
+                uri.path_and_query = Some(target);
+                match Uri::from_parts(uri) {
+                    Ok(uri) => uri,
+                    Err(_) => return ForwardFuture::ready(answer(StatusCode::BAD_REQUEST, "bad-request-target")),
+                }
+            }
         };
         parts.version = match self.protocol {
             UpstreamProtocol::Http1 => Version::HTTP_11,
             UpstreamProtocol::H2c => Version::HTTP_2,
         };
-        strip_hop_by_hop(&mut parts.headers, upgrade);
-        if h2 || !parts.headers.contains_key(header::HOST) {
-            // An HTTP/2 client names the host in :authority, which wins over a Host header (RFC 9113 8.3.1).
-            if let Some(Ok(host)) = original_authority.map(|a| HeaderValue::from_str(a.as_str())) {
+        if h2 {
+            // h2 refuses a message with connection-specific headers (RFC 9113 8.2.2) before it gets here.
+            parts.headers.remove(header::PROXY_AUTHORIZATION);
+        } else {
+            strip_hop_by_hop(&mut parts.headers, upgrade);
+        }
+        // (An h2c upstream has the host in :authority, above.)
+        if self.protocol == UpstreamProtocol::Http1 && (h2 || !parts.headers.contains_key(header::HOST)) {
+            // An HTTP/2 client names the host in :authority, which wins over a Host header (RFC 9113 8.3.1);
+            // an HTTP/1.0 client may name none: then the upstream's.
+            let authority = original_authority.unwrap_or_else(|| self.upstream.authority.clone());
+            if let Ok(host) = HeaderValue::from_str(authority.as_str()) {
                 parts.headers.insert(header::HOST, host);
             }
         }
@@ -162,9 +184,9 @@ impl Forward {
         let stalled = (!idle.is_zero() && !http_body::Body::is_end_stream(&body)).then(Arc::<AtomicBool>::default);
         let body = IdleBody::new(body, idle, stalled.clone());
         let req = Request::from_parts(parts, body);
-        let inner = match &self.h2 {
-            Some(h2) => Pending::H2(Box::pin(Arc::clone(h2).send(req))),
-            None => Pending::Hyper(self.client.request(req)),
+        let inner = match &self.via {
+            Via::H1(h1) => Pending::H1(Box::pin(Arc::clone(h1).send(req))),
+            Via::H2(h2) => Pending::H2(Box::pin(Arc::clone(h2).send(req))),
         };
         let timeout = Some(self.limits.response_timeout).filter(|t| !t.is_zero());
         let head = match (timeout, max) {
@@ -213,7 +235,7 @@ pub struct ForwardFuture {
 
 /// The upstream's answer on its way.
 enum Pending {
-    Hyper(ResponseFuture),
+    H1(Pin<Box<dyn Future<Output = Result<Response<H1Body>, super::h1_upstream::H1Error>> + Send>>),
     H2(Pin<Box<dyn Future<Output = Result<Response<H2Body>, super::h2_upstream::H2Error>> + Send>>),
 }
 
@@ -222,7 +244,7 @@ impl Pending {
     fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<Response<UpstreamBody>, bool>> {
         let failed = |e: &dyn std::error::Error| tracing::debug!(error = %e, "upstream failed");
         match self {
-            Pending::Hyper(f) => Pin::new(f).poll(cx).map(|r| match r {
+            Pending::H1(f) => f.as_mut().poll(cx).map(|r| match r {
                 Ok(res) => Ok(res.map(Either::Left)),
                 Err(e) => {
                     failed(&e);
@@ -296,6 +318,8 @@ impl Future for ForwardFuture {
                 return Poll::Pending;
             }
         };
+        // h2 refused a response with connection-specific headers already.
+        let from_h2 = res.version() == Version::HTTP_2;
         // The client's connection has its own version; an HTTP/1.0 upstream must not downgrade it.
         *res.version_mut() = Version::HTTP_11;
         let upgraded = res.status() == StatusCode::SWITCHING_PROTOCOLS;
@@ -303,6 +327,7 @@ impl Future for ForwardFuture {
             Some(inbound) if upgraded => splice(inbound, &mut res, drain.clone(), idle),
             // A 101 to a request that was not tunnelled would leave both sides speaking different protocols.
             None if upgraded => return Poll::Ready(Ok(answer(StatusCode::BAD_GATEWAY, "upstream-upgrade"))),
+            _ if from_h2 => {}
             _ => strip_hop_by_hop(res.headers_mut(), false),
         }
         Poll::Ready(Ok(res.map(|body| Either::Left(IdleBody::new(body, idle, None).until(end)))))
@@ -366,6 +391,20 @@ const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 /// Remove what concerns one connection only (RFC 9110 7.6.1); keep the
 /// Upgrade handshake when splicing, and `te: trailers`, which gRPC needs.
 fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
+    // Most messages carry none: one pass over the names costs less than a
+    // hashed lookup for each (a Connection header is what can name others).
+    let hop_by_hop = [
+        header::CONNECTION,
+        header::UPGRADE,
+        KEEP_ALIVE,
+        PROXY_CONNECTION,
+        header::TRANSFER_ENCODING,
+        header::PROXY_AUTHORIZATION,
+        header::TE,
+    ];
+    if !headers.keys().any(|name| hop_by_hop.contains(name)) {
+        return;
+    }
     if headers.contains_key(header::CONNECTION) {
         let named: Vec<HeaderName> = connection_tokens(headers)
             .filter(|t| !t.eq_ignore_ascii_case("upgrade") && !t.eq_ignore_ascii_case("close"))

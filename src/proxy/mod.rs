@@ -11,6 +11,7 @@
 mod activity;
 mod admin;
 pub mod forward;
+mod h1_upstream;
 mod h2_upstream;
 mod idle;
 pub mod options;

@@ -461,6 +461,9 @@ async fn an_h2c_upstream_streams_both_ways_and_keeps_every_limit() {
         assert_eq!(res.status(), 200);
         let body = String::from_utf8_lossy(&res.into_body().collect().await.expect("body").to_bytes()).into_owned();
         assert!(body.contains("x-class: search\n") && body.contains("x-forwarded-proto: http\n"), "{body}");
+        // The client's host arrives as :authority, and only there.
+        let host = format!("authority: {}\n", proxy.listen);
+        assert!(body.contains(&host) && !body.contains("host:"), "{body}");
     }
     // A request body past the initial 64 KiB window: flow control both ways.
     let big = vec![b'x'; 300_000];
@@ -582,4 +585,73 @@ async fn an_h2c_upstream_that_says_goaway_costs_no_request() {
     let held = tokio::time::timeout(WAIT, held).await.expect("the held request ends").expect("joined");
     assert_eq!(held.status(), 200, "the stream open at the GOAWAY is served to its end");
     assert_eq!(held.into_body().collect().await.expect("body").to_bytes(), "ok");
+}
+
+/// A raw HTTP/1.1 upstream that counts its connections and answers `ok` to
+/// each request head; with `close_after_answer` it closes every connection
+/// right after its first answer, without saying so (no `Connection: close`),
+/// as a server does when its keep-alive timeout fires between two requests.
+async fn counting_h1_upstream(
+    close_after_answer: bool,
+) -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::{atomic::Ordering, Arc};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind upstream");
+    let addr = listener.local_addr().expect("addr");
+    let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = Arc::clone(&connections);
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match stream.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    let end = buf.windows(4).position(|w| w == b"\r\n\r\n").expect("a head") + 4;
+                    buf.drain(..end);
+                    if stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await.is_err()
+                        || close_after_answer
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, connections)
+}
+
+#[tokio::test]
+async fn an_http1_upstream_keeps_its_connections_and_one_it_closed_costs_no_request() {
+    use std::sync::atomic::Ordering;
+    let config = ConfigDir::new(&pools(5));
+    // Kept alive: forty requests, one after another, over one connection.
+    let (addr, connections) = counting_h1_upstream(false).await;
+    let url = format!("http://{addr}");
+    let proxy = Proxy::start(config.path(), &args(&url, &[])).await;
+    for client in [http1(), h2c()] {
+        for i in 0..20 {
+            let res = send(&client, request(&proxy.url("/"), Some("search"))).await;
+            assert_eq!((i, res.status().as_u16()), (i, 200));
+            assert_eq!(res.into_body().collect().await.expect("body").to_bytes(), "ok");
+        }
+    }
+    assert_eq!(connections.load(Ordering::SeqCst), 1, "sequential requests share one upstream connection");
+    // Closed by the upstream after every answer: each request finds that out
+    // before it is sent, or is sent again on a new connection.
+    let (addr, connections) = counting_h1_upstream(true).await;
+    let url = format!("http://{addr}");
+    let proxy = Proxy::start(config.path(), &args(&url, &[])).await;
+    let client = http1();
+    for i in 0..20 {
+        let res = send(&client, request(&proxy.url("/"), Some("search"))).await;
+        assert_eq!((i, res.status().as_u16(), header(&res, "x-bulkhead-reason").to_owned()), (i, 200, String::new()));
+        res.into_body().collect().await.expect("body");
+    }
+    assert_eq!(connections.load(Ordering::SeqCst), 20);
 }

@@ -163,8 +163,12 @@ async fn answer(mut req: Request<Incoming>, release: watch::Receiver<u64>) -> Re
         return Ok(Response::new(Full::new(Bytes::from(length.to_string())).boxed()));
     }
     if req.uri().path().ends_with("/headers") {
-        // The request head as the upstream saw it, one `name: value` a line, after its path.
+        // The request head as the upstream saw it, one `name: value` a line, after its path (and authority).
         let mut seen = format!("path: {}\n", req.uri().path());
+        if let Some(authority) = req.uri().authority() {
+            // HTTP/2's :authority (an HTTP/1.1 request in origin form has none).
+            seen.push_str(&format!("authority: {authority}\n"));
+        }
         for (name, value) in req.headers() {
             seen.push_str(&format!("{}: {}\n", name, String::from_utf8_lossy(value.as_bytes())));
         }
