@@ -655,3 +655,31 @@ async fn an_http1_upstream_keeps_its_connections_and_one_it_closed_costs_no_requ
     }
     assert_eq!(connections.load(Ordering::SeqCst), 20);
 }
+
+/// The default `--max-connections` (4096) was chosen so that that many idle
+/// h2c connections fit the injected 128Mi with room for requests: 16 KiB each
+/// (docs/reference/proxy.md). An allocator that backs its arenas with
+/// transparent huge pages doubled that (mimalloc before `no_thp`: 32.2 KiB).
+#[tokio::test]
+async fn an_idle_h2c_connection_costs_at_most_24_kib() {
+    const CONNECTIONS: usize = 600;
+    let up = Upstream::start().await;
+    let config = ConfigDir::new(&pools(5));
+    let url = up.url();
+    let proxy = Proxy::start(config.path(), &args(&url, &["--max-connections", "1000"])).await;
+    let before = proxy.rss_kib();
+    let mut idle = Vec::with_capacity(CONNECTIONS);
+    for _ in 0..CONNECTIONS {
+        // The preface and an empty SETTINGS, then nothing: the proxy holds the connection's state.
+        idle.push(RawH2::connect(proxy.listen, true).await);
+    }
+    // Each connection answered (the proxy's SETTINGS), so each is set up.
+    for conn in &mut idle {
+        let mut head = [0u8; 9];
+        tokio::time::timeout(WAIT, conn.tcp.read_exact(&mut head)).await.expect("SETTINGS in time").expect("read");
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let per = (proxy.rss_kib().saturating_sub(before)) as f64 / CONNECTIONS as f64;
+    println!("RSS per idle h2c connection: {per:.1} KiB ({before} KiB before {CONNECTIONS} connections)");
+    assert!(per <= 24.0, "an idle h2c connection costs {per:.1} KiB of RSS");
+}

@@ -239,6 +239,13 @@ impl Proxy {
         std::fs::read_to_string(self.log.path()).unwrap_or_default()
     }
 
+    /// The process's resident memory (VmRSS), in KiB.
+    pub(crate) fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).expect("proc status");
+        let line = status.lines().find(|l| l.starts_with("VmRSS:")).expect("VmRSS");
+        line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).expect("VmRSS in kB")
+    }
+
     pub(crate) fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.listen)
     }
