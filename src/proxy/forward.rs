@@ -100,7 +100,6 @@ impl std::fmt::Display for Upstream {
 pub struct Forward {
     via: Via,
     upstream: Upstream,
-    protocol: UpstreamProtocol,
     limits: Limits,
     /// Held by each spliced upgrade, so a drain waits for those too.
     drain: watch::Receiver<()>,
@@ -122,21 +121,28 @@ impl Forward {
             UpstreamProtocol::Http1 => Via::H1(H1Upstream::new(authority, CONNECT_TIMEOUT)),
             UpstreamProtocol::H2c => Via::H2(H2Upstream::new(authority, CONNECT_TIMEOUT)),
         };
-        Self { via, upstream, protocol, limits, drain }
+        Self { via, upstream, limits, drain }
+    }
+
+    fn protocol(&self) -> UpstreamProtocol {
+        match self.via {
+            Via::H1(_) => UpstreamProtocol::Http1,
+            Via::H2(_) => UpstreamProtocol::H2c,
+        }
     }
 
     /// Send `req` upstream; `peer` is the client's address for x-forwarded-for.
     /// `max`: the class's maximum duration, which bounds the response head and body too.
     pub fn call(&self, mut req: Request<Incoming>, peer: &HeaderValue, max: Option<Duration>) -> ForwardFuture {
-        let upgrade = self.protocol == UpstreamProtocol::Http1 && self.upgrade_allowed(req.headers());
+        let upgrade = self.protocol() == UpstreamProtocol::Http1 && self.upgrade_allowed(req.headers());
         let inbound = upgrade.then(|| hyper::upgrade::on(&mut req));
-        let original_authority = req.uri().authority().cloned();
+        let mut original_authority = req.uri().authority().cloned();
         let h2 = req.version() == Version::HTTP_2;
         let grpc = is_grpc(&req);
         let (mut parts, body) = req.into_parts();
         let target = std::mem::take(&mut parts.uri).into_parts().path_and_query;
         let target = target.unwrap_or_else(|| PathAndQuery::from_static("/"));
-        parts.uri = match self.protocol {
+        parts.uri = match self.protocol() {
             // Origin form; the host goes in Host, below.
             UpstreamProtocol::Http1 => Uri::from(target),
             // An HTTP/2 upstream reads the host from :authority (RFC 9113 8.3.1): the client's, as
@@ -144,7 +150,7 @@ impl Forward {
             UpstreamProtocol::H2c => {
                 let host = parts.headers.remove(header::HOST);
                 let authority = original_authority
-                    .clone()
+                    .take()
                     .or_else(|| host.and_then(|h| Authority::try_from(h.as_bytes()).ok()))
                     .unwrap_or_else(|| self.upstream.authority.clone());
                 let mut uri = http::uri::Parts::default();
@@ -157,7 +163,7 @@ impl Forward {
                 }
             }
         };
-        parts.version = match self.protocol {
+        parts.version = match self.protocol() {
             UpstreamProtocol::Http1 => Version::HTTP_11,
             UpstreamProtocol::H2c => Version::HTTP_2,
         };
@@ -168,7 +174,7 @@ impl Forward {
             strip_hop_by_hop(&mut parts.headers, upgrade);
         }
         // (An h2c upstream has the host in :authority, above.)
-        if self.protocol == UpstreamProtocol::Http1 && (h2 || !parts.headers.contains_key(header::HOST)) {
+        if self.protocol() == UpstreamProtocol::Http1 && (h2 || !parts.headers.contains_key(header::HOST)) {
             // An HTTP/2 client names the host in :authority, which wins over a Host header (RFC 9113 8.3.1);
             // an HTTP/1.0 client may name none: then the upstream's.
             let authority = original_authority.unwrap_or_else(|| self.upstream.authority.clone());

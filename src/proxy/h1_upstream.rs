@@ -19,9 +19,11 @@ use http::{uri::Authority, Request, Response};
 use http_body::{Body, Frame, SizeHint};
 use hyper::{body::Incoming, client::conn::http1::SendRequest};
 use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
 
-use super::idle::IdleBody;
+use super::{
+    dial::{dial, DialError},
+    idle::IdleBody,
+};
 
 /// A forwarded request's body: the client's, under the idle timeout.
 type Outgoing = IdleBody<Incoming>;
@@ -36,10 +38,8 @@ const CHECKOUT_SCAN: usize = 4;
 /// Why a request could not be sent or answered.
 #[derive(Debug, thiserror::Error)]
 pub(super) enum H1Error {
-    #[error("cannot connect to the upstream")]
-    Connect(#[source] std::io::Error),
-    #[error("connecting to the upstream timed out")]
-    ConnectTimeout,
+    #[error(transparent)]
+    Dial(#[from] DialError),
     #[error("HTTP/1.1 handshake with the upstream")]
     Handshake(#[source] hyper::Error),
     #[error("upstream request")]
@@ -48,7 +48,7 @@ pub(super) enum H1Error {
 
 impl H1Error {
     pub(super) fn is_connect(&self) -> bool {
-        matches!(self, H1Error::Connect(_) | H1Error::ConnectTimeout | H1Error::Handshake(_))
+        matches!(self, H1Error::Dial(_) | H1Error::Handshake(_))
     }
 }
 
@@ -84,11 +84,14 @@ impl H1Upstream {
         let mut found = None;
         for _ in 0..CHECKOUT_SCAN {
             let Some(entry) = idle.pop_back() else { break };
-            if entry.sender.is_ready() && entry.since.elapsed() < IDLE_TIMEOUT {
+            if entry.since.elapsed() >= IDLE_TIMEOUT {
+                continue;
+            }
+            if entry.sender.is_ready() {
                 found = Some(entry.sender);
                 break;
             }
-            if !entry.sender.is_closed() && entry.since.elapsed() < IDLE_TIMEOUT {
+            if !entry.sender.is_closed() {
                 busy.push(entry);
             }
         }
@@ -109,11 +112,7 @@ impl H1Upstream {
     }
 
     async fn connect(&self) -> Result<SendRequest<Outgoing>, H1Error> {
-        let tcp = tokio::time::timeout(self.connect_timeout, TcpStream::connect(self.authority.as_str()))
-            .await
-            .map_err(|_| H1Error::ConnectTimeout)?
-            .map_err(H1Error::Connect)?;
-        let _ = tcp.set_nodelay(true);
+        let tcp = dial(&self.authority, self.connect_timeout).await?;
         let (sender, conn) = hyper::client::conn::http1::Builder::new()
             .handshake(TokioIo::new(tcp))
             .await

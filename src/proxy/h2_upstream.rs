@@ -16,17 +16,17 @@ use bytes::{Buf, Bytes};
 use h2::client::SendRequest;
 use http::{uri::Authority, Request, Response};
 use http_body::{Body, Frame, SizeHint};
-use tokio::net::TcpStream;
 
-use super::idle::BoxError;
+use super::{
+    dial::{dial, DialError},
+    idle::BoxError,
+};
 
 /// Why a request could not be sent or answered.
 #[derive(Debug, thiserror::Error)]
 pub(super) enum H2Error {
-    #[error("cannot connect to the upstream")]
-    Connect(#[source] std::io::Error),
-    #[error("connecting to the upstream timed out")]
-    ConnectTimeout,
+    #[error(transparent)]
+    Dial(#[from] DialError),
     #[error("h2 handshake with the upstream")]
     Handshake(#[source] h2::Error),
     #[error("upstream stream")]
@@ -35,7 +35,7 @@ pub(super) enum H2Error {
 
 impl H2Error {
     pub(super) fn is_connect(&self) -> bool {
-        matches!(self, H2Error::Connect(_) | H2Error::ConnectTimeout | H2Error::Handshake(_))
+        matches!(self, H2Error::Dial(_) | H2Error::Handshake(_))
     }
 }
 
@@ -79,12 +79,7 @@ impl H2Upstream {
         if let Some(s) = self.current() {
             return Ok(s);
         }
-        let addr = self.authority.as_str();
-        let tcp = tokio::time::timeout(self.connect_timeout, TcpStream::connect(addr))
-            .await
-            .map_err(|_| H2Error::ConnectTimeout)?
-            .map_err(H2Error::Connect)?;
-        let _ = tcp.set_nodelay(true);
+        let tcp = dial(&self.authority, self.connect_timeout).await?;
         // The windows hyper's pooled client had (2 MiB a stream, 5 MiB the
         // connection): the upstream may run that far ahead of slow readers,
         // which bounds what one connection buffers. h2's default 64 KiB would

@@ -10,6 +10,7 @@
 
 mod activity;
 mod admin;
+mod dial;
 pub mod forward;
 mod h1_upstream;
 mod h2_upstream;
