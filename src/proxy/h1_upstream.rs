@@ -5,6 +5,9 @@
 //! scheme and host, hashed byte by byte with SipHash at every checkout and
 //! return, and a task that waits for each connection to be ready again; that
 //! was about a tenth of an HTTP/1.1 request's instructions (docs/benchmarks.md).
+//! A connection idle past `IDLE_TIMEOUT` is closed by a reaper task even when
+//! no request comes to look at it, as HAProxy purges its idle server
+//! connections: a quiet proxy does not hold an upstream's sockets for ever.
 
 use std::{
     collections::VecDeque,
@@ -15,8 +18,9 @@ use std::{
 };
 
 use bytes::Bytes;
-use http::{uri::Authority, Request, Response};
+use http::{request::Parts, uri::Authority, Method, Request, Response};
 use http_body::{Body, Frame, SizeHint};
+use http_body_util::{Either, Empty};
 use hyper::{body::Incoming, client::conn::http1::SendRequest};
 use hyper_util::rt::TokioIo;
 
@@ -26,7 +30,9 @@ use super::{
 };
 
 /// A forwarded request's body: the client's, under the idle timeout.
-type Outgoing = IdleBody<Incoming>;
+pub(super) type ClientBody = IdleBody<Incoming>;
+/// What goes to the upstream: the client's body, or none for a request sent again.
+type Outgoing = Either<ClientBody, Empty<Bytes>>;
 
 /// Idle connections kept at most; past it the oldest is closed.
 const MAX_IDLE: usize = 512;
@@ -34,6 +40,9 @@ const MAX_IDLE: usize = 512;
 const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// Idle connections looked at in one checkout before making a new one.
 const CHECKOUT_SCAN: usize = 4;
+/// The reaper looks this many times per idle timeout: a connection closes
+/// between one and 1 1/6 idle timeouts after its last use.
+const REAPS_PER_TIMEOUT: u32 = 6;
 
 /// Why a request could not be sent or answered.
 #[derive(Debug, thiserror::Error)]
@@ -57,11 +66,28 @@ struct Idle {
     since: Instant,
 }
 
+/// The idle connections, oldest first, and whether a reaper is running for them.
+#[derive(Default)]
+struct IdleStack {
+    entries: VecDeque<Idle>,
+    reaping: bool,
+}
+
+impl IdleStack {
+    /// Drop (and so close) the connections idle for `timeout` or more.
+    fn expire(&mut self, now: Instant, timeout: Duration) {
+        while self.entries.front().is_some_and(|e| now.duration_since(e.since) >= timeout) {
+            self.entries.pop_front();
+        }
+    }
+}
+
 /// One upstream's keep-alive connections.
 pub(super) struct H1Upstream {
     authority: Authority,
     connect_timeout: Duration,
-    idle: Mutex<VecDeque<Idle>>,
+    idle_timeout: Duration,
+    idle: Mutex<IdleStack>,
 }
 
 impl std::fmt::Debug for H1Upstream {
@@ -72,7 +98,11 @@ impl std::fmt::Debug for H1Upstream {
 
 impl H1Upstream {
     pub(super) fn new(authority: Authority, connect_timeout: Duration) -> Arc<Self> {
-        Arc::new(H1Upstream { authority, connect_timeout, idle: Mutex::new(VecDeque::new()) })
+        Self::with_idle_timeout(authority, connect_timeout, IDLE_TIMEOUT)
+    }
+
+    fn with_idle_timeout(authority: Authority, connect_timeout: Duration, idle_timeout: Duration) -> Arc<Self> {
+        Arc::new(H1Upstream { authority, connect_timeout, idle_timeout, idle: Mutex::default() })
     }
 
     /// The most recently used connection that is ready for a request. One
@@ -83,8 +113,8 @@ impl H1Upstream {
         let mut busy = Vec::new();
         let mut found = None;
         for _ in 0..CHECKOUT_SCAN {
-            let Some(entry) = idle.pop_back() else { break };
-            if entry.since.elapsed() >= IDLE_TIMEOUT {
+            let Some(entry) = idle.entries.pop_back() else { break };
+            if entry.since.elapsed() >= self.idle_timeout {
                 continue;
             }
             if entry.sender.is_ready() {
@@ -95,20 +125,30 @@ impl H1Upstream {
                 busy.push(entry);
             }
         }
-        idle.extend(busy.into_iter().rev());
+        idle.entries.extend(busy.into_iter().rev());
         found
     }
 
-    fn checkin(&self, sender: SendRequest<Outgoing>) {
+    fn checkin(self: &Arc<Self>, sender: SendRequest<Outgoing>) {
         if sender.is_closed() {
             return;
         }
         let now = Instant::now();
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        while idle.front().is_some_and(|e| now.duration_since(e.since) >= IDLE_TIMEOUT) || idle.len() >= MAX_IDLE {
-            idle.pop_front();
+        idle.expire(now, self.idle_timeout);
+        while idle.entries.len() >= MAX_IDLE {
+            idle.entries.pop_front();
         }
-        idle.push_back(Idle { sender, since: now });
+        idle.entries.push_back(Idle { sender, since: now });
+        // Started and stopped under the lock, so a connection put back is
+        // never left without a reaper. (Outside a runtime, as a body dropped
+        // at shutdown may be, there is nothing left to reap for.)
+        if !idle.reaping {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                idle.reaping = true;
+                runtime.spawn(reap(Arc::downgrade(self), self.idle_timeout / REAPS_PER_TIMEOUT));
+            }
+        }
     }
 
     async fn connect(&self) -> Result<SendRequest<Outgoing>, H1Error> {
@@ -126,25 +166,67 @@ impl H1Upstream {
     }
 
     /// Send `req` (origin-form target, Host set) and wait for the response
-    /// head. A kept connection that the upstream closed before the request
-    /// went out costs nothing: the request is sent once more on a new one.
-    pub(super) async fn send(self: Arc<Self>, req: Request<Outgoing>) -> Result<Response<H1Body>, H1Error> {
+    /// head. A kept connection that the upstream closed costs the request
+    /// nothing: sent once more on a new connection if the request never went
+    /// out, or if it went out but nothing came back and it can be sent twice
+    /// safely (no body, an idempotent method; RFC 9110 9.2.2). An upstream
+    /// that closes idle connections before our idle timeout (Node's 5 s)
+    /// would otherwise turn the request that meets the close into a 502.
+    pub(super) async fn send(self: Arc<Self>, req: Request<ClientBody>) -> Result<Response<H1Body>, H1Error> {
         let (mut sender, kept) = match self.checkout() {
             Some(sender) => (sender, true),
             None => (self.connect().await?, false),
         };
-        let res = match sender.try_send_request(req).await {
+        let replay = kept.then(|| replayable_head(&req)).flatten();
+        let res = match sender.try_send_request(req.map(Either::Left)).await {
             Ok(res) => res,
-            Err(mut e) => match e.take_message() {
-                Some(req) if kept => {
-                    tracing::debug!(error = %e.error(), "kept upstream connection closed; sending on a new one");
-                    sender = self.connect().await?;
-                    sender.send_request(req).await.map_err(H1Error::Request)?
-                }
-                _ => return Err(H1Error::Request(e.into_error())),
-            },
+            Err(mut e) => {
+                let again = match (e.take_message(), replay) {
+                    (Some(unsent), _) if kept => unsent,
+                    (_, Some(head)) if e.error().is_incomplete_message() => {
+                        Request::from_parts(head, Either::Right(Empty::new()))
+                    }
+                    _ => return Err(H1Error::Request(e.into_error())),
+                };
+                tracing::debug!(error = %e.error(), "kept upstream connection closed; sending on a new one");
+                sender = self.connect().await?;
+                sender.send_request(again).await.map_err(H1Error::Request)?
+            }
         };
         Ok(res.map(|body| H1Body { body, back: Some((self, sender)) }))
+    }
+}
+
+/// A copy of the head of a request that may be sent twice: no body and an
+/// idempotent method. (Its extensions stay behind: none is read upstream.)
+fn replayable_head(req: &Request<ClientBody>) -> Option<Parts> {
+    let idempotent = matches!(
+        *req.method(),
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
+    );
+    if !idempotent || !req.body().is_end_stream() {
+        return None;
+    }
+    let (mut head, ()) = Request::new(()).into_parts();
+    head.method = req.method().clone();
+    head.uri = req.uri().clone();
+    head.version = req.version();
+    head.headers = req.headers().clone();
+    Some(head)
+}
+
+/// Close expired idle connections every `period` until none is left idle
+/// (the next one put back starts a reaper again) or the upstream is gone.
+async fn reap(upstream: std::sync::Weak<H1Upstream>, period: Duration) {
+    loop {
+        tokio::time::sleep(period).await;
+        let Some(upstream) = upstream.upgrade() else { return };
+        let mut idle = upstream.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        idle.expire(Instant::now(), upstream.idle_timeout);
+        if idle.entries.is_empty() {
+            idle.reaping = false;
+            return;
+        }
     }
 }
 
@@ -194,5 +276,171 @@ impl Body for H1Body {
 
     fn size_hint(&self) -> SizeHint {
         self.body.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{
+        convert::Infallible,
+        io::{Read, Write},
+        net::{TcpListener, TcpStream},
+        sync::mpsc,
+        thread,
+    };
+
+    use http_body_util::{BodyExt, Empty};
+
+    use super::*;
+
+    /// An empty request body of the type the proxy forwards (hyper makes
+    /// `Incoming` only for what it reads, so one is read off a connection).
+    async fn empty_body() -> ClientBody {
+        let (client, server) = tokio::io::duplex(4096);
+        let service =
+            hyper::service::service_fn(|_| async { Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new())) });
+        tokio::spawn(hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(server), service));
+        let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(client)).await.expect("handshake");
+        tokio::spawn(conn);
+        let res = send.send_request(Request::new(Empty::<Bytes>::new())).await.expect("response");
+        IdleBody::new(res.into_body(), Duration::ZERO, None)
+    }
+
+    async fn get(authority: &Authority) -> Request<ClientBody> {
+        Request::get("/").header("host", authority.as_str()).body(empty_body().await).expect("request")
+    }
+
+    /// Answer requests on `conn` with `200 ok` until `count` are answered or it closes.
+    fn answer(conn: &mut TcpStream, count: usize) {
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        for _ in 0..count {
+            head.clear();
+            while !head.ends_with(b"\r\n\r\n") {
+                match conn.read(&mut byte) {
+                    Ok(1) => head.push(byte[0]),
+                    _ => return,
+                }
+            }
+            conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").expect("write");
+        }
+    }
+
+    fn listener() -> (TcpListener, Authority) {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let authority = listener.local_addr().expect("addr").to_string().parse().expect("authority");
+        (listener, authority)
+    }
+
+    async fn status_and_body(res: Result<Response<H1Body>, H1Error>) -> (u16, Bytes) {
+        let res = res.expect("response");
+        let status = res.status().as_u16();
+        (status, res.into_body().collect().await.expect("body").to_bytes())
+    }
+
+    /// Send `method /` on a kept connection that the upstream has closed,
+    /// with the close still unread on the proxy's socket when the request
+    /// takes the connection (the race an upstream's own keep-alive timeout
+    /// makes). The result, and how many connections the upstream saw.
+    async fn send_on_a_connection_the_upstream_closed(method: Method) -> (Result<(u16, Bytes), String>, usize) {
+        let (listener, authority) = listener();
+        let (close, closing) = mpsc::channel::<()>();
+        let (closed, has_closed) = mpsc::channel::<()>();
+        let upstream = thread::spawn(move || {
+            let (mut first, _) = listener.accept().expect("accept");
+            answer(&mut first, 1);
+            closing.recv().expect("told to close");
+            first.shutdown(std::net::Shutdown::Both).expect("shutdown");
+            drop(first);
+            closed.send(()).expect("report");
+            listener.set_nonblocking(true).expect("nonblocking");
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while Instant::now() < deadline {
+                if let Ok((mut second, _)) = listener.accept() {
+                    second.set_nonblocking(false).expect("blocking");
+                    answer(&mut second, 1);
+                    return 2;
+                }
+                thread::sleep(Duration::from_millis(10));
+            }
+            1
+        });
+
+        let up = H1Upstream::new(authority.clone(), Duration::from_secs(2));
+        let first = Arc::clone(&up).send(get(&authority).await).await;
+        assert_eq!(status_and_body(first).await, (200, Bytes::from_static(b"ok")));
+        // The connection task sees the response end and offers the connection again.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(up.idle.lock().expect("lock").entries.len(), 1, "the connection is kept");
+
+        let mut second = get(&authority).await;
+        *second.method_mut() = method;
+        // The runtime's only thread is blocked from here to the send, so the
+        // connection's task cannot read the close before the checkout.
+        close.send(()).expect("close");
+        has_closed.recv_timeout(Duration::from_secs(5)).expect("upstream closed");
+        thread::sleep(Duration::from_millis(100));
+        let res = tokio::time::timeout(Duration::from_secs(5), Arc::clone(&up).send(second)).await.expect("in time");
+        let res = match res {
+            Ok(res) => Ok(status_and_body(Ok(res)).await),
+            Err(e) => Err(format!("{:?}", e)),
+        };
+        (res, upstream.join().expect("upstream thread"))
+    }
+
+    #[tokio::test]
+    async fn an_idempotent_request_that_met_the_upstreams_close_is_sent_again_on_a_new_connection() {
+        let (res, connections) = send_on_a_connection_the_upstream_closed(Method::GET).await;
+        assert_eq!(res, Ok((200, Bytes::from_static(b"ok"))));
+        assert_eq!(connections, 2);
+    }
+
+    #[tokio::test]
+    async fn a_post_that_met_the_upstreams_close_is_not_sent_twice() {
+        let (res, connections) = send_on_a_connection_the_upstream_closed(Method::POST).await;
+        let err = res.expect_err("a POST is not repeated");
+        assert!(err.contains("IncompleteMessage"), "{err}");
+        assert_eq!(connections, 1, "no second connection for it");
+    }
+
+    /// A connection left idle is closed after the idle timeout with no
+    /// further request to notice it, and the reaper then stops.
+    #[tokio::test]
+    async fn an_idle_connection_is_closed_without_traffic_after_the_idle_timeout() {
+        let (listener, authority) = listener();
+        let (ended, has_ended) = mpsc::channel::<Duration>();
+        let upstream = thread::spawn(move || {
+            let (mut conn, _) = listener.accept().expect("accept");
+            answer(&mut conn, 1);
+            let answered = Instant::now();
+            let mut rest = Vec::new();
+            // Read until the proxy closes: what it sends after the answer must be nothing.
+            conn.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+            let read = conn.read_to_end(&mut rest);
+            assert!(read.is_ok() && rest.is_empty(), "{read:?} {rest:?}");
+            ended.send(answered.elapsed()).expect("report");
+        });
+
+        let timeout = Duration::from_millis(600);
+        let up = H1Upstream::with_idle_timeout(authority.clone(), Duration::from_secs(2), timeout);
+        let res = Arc::clone(&up).send(get(&authority).await).await;
+        assert_eq!(status_and_body(res).await, (200, Bytes::from_static(b"ok")));
+        assert!(up.idle.lock().expect("lock").reaping, "a reaper runs while a connection is idle");
+
+        let mut waited = Duration::ZERO;
+        let idle_for = loop {
+            if let Ok(d) = has_ended.try_recv() {
+                break d;
+            }
+            assert!(waited < Duration::from_secs(5), "the idle connection was never closed");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            waited += Duration::from_millis(20);
+        };
+        assert!(idle_for >= timeout, "closed after {idle_for:?}, before the idle timeout");
+        assert!(idle_for < timeout * 2, "closed after {idle_for:?}");
+        let idle = up.idle.lock().expect("lock");
+        assert!(idle.entries.is_empty() && !idle.reaping, "nothing left idle, and the reaper stopped");
+        drop(idle);
+        upstream.join().expect("upstream thread");
     }
 }
