@@ -161,7 +161,8 @@ impl H1Upstream {
     /// Send `req` (origin-form target, Host set) and wait for the response
     /// head. A kept connection that the upstream closed costs the request
     /// nothing: sent once more on a new connection if the request never went
-    /// out, or if it went out but nothing came back and it can be sent twice
+    /// out, or if it went out, the connection ended (closed or reset) before
+    /// a response head came back, and it can be sent twice
     /// safely (no body, an idempotent method; RFC 9110 9.2.2). An upstream
     /// that closes idle connections before our idle timeout (Node's 5 s)
     /// would otherwise turn the request that meets the close into a 502.
@@ -176,7 +177,7 @@ impl H1Upstream {
             Err(mut e) => {
                 let again = match (e.take_message(), replay) {
                     (Some(unsent), _) if kept => unsent,
-                    (_, Some(head)) if e.error().is_incomplete_message() => {
+                    (_, Some(head)) if closed_without_answer(e.error()) => {
                         Request::from_parts(head, Either::Right(Empty::new()))
                     }
                     _ => return Err(H1Error::Request(e.into_error())),
@@ -188,6 +189,24 @@ impl H1Upstream {
         };
         Ok(res.map(|body| H1Body { body, back: Some((self, sender)) }))
     }
+}
+
+/// The upstream closed the connection before it answered: with a FIN (the
+/// request may have gone out first), or with a reset, as a kernel does when
+/// the upstream closes with our request unread in its buffer.
+fn closed_without_answer(e: &hyper::Error) -> bool {
+    use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset};
+    if e.is_incomplete_message() {
+        return true;
+    }
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+            return matches!(io.kind(), ConnectionReset | BrokenPipe | ConnectionAborted);
+        }
+        source = cause.source();
+    }
+    false
 }
 
 /// A copy of the head of a request that may be sent twice: no body and an
@@ -337,7 +356,10 @@ mod tests {
     /// with the close still unread on the proxy's socket when the request
     /// takes the connection (the race an upstream's own keep-alive timeout
     /// makes). The result, and how many connections the upstream saw.
-    async fn send_on_a_connection_the_upstream_closed(method: Method) -> (Result<(u16, Bytes), String>, usize) {
+    async fn send_on_a_connection_the_upstream_closed(
+        method: Method,
+        how: Close,
+    ) -> (Result<(u16, Bytes), String>, usize) {
         let (listener, authority) = listener();
         let (close, closing) = mpsc::channel::<()>();
         let (closed, has_closed) = mpsc::channel::<()>();
@@ -345,7 +367,10 @@ mod tests {
             let (mut first, _) = listener.accept().expect("accept");
             answer(&mut first, 1);
             closing.recv().expect("told to close");
-            first.shutdown(std::net::Shutdown::Both).expect("shutdown");
+            match how {
+                Close::Fin => first.shutdown(std::net::Shutdown::Both).expect("shutdown"),
+                Close::Reset => reset_on_close(&first),
+            }
             drop(first);
             closed.send(()).expect("report");
             listener.set_nonblocking(true).expect("nonblocking");
@@ -383,19 +408,36 @@ mod tests {
         (res, upstream.join().expect("upstream thread"))
     }
 
+    #[derive(Clone, Copy, Debug)]
+    enum Close {
+        /// A FIN: the proxy reads the end of the stream.
+        Fin,
+        /// A reset, as when the upstream closes with bytes unread: the proxy's read or write fails.
+        Reset,
+    }
+
+    /// Make the socket's close a reset (SO_LINGER with a zero timeout).
+    fn reset_on_close(conn: &TcpStream) {
+        socket2::SockRef::from(conn).set_linger(Some(Duration::ZERO)).expect("SO_LINGER");
+    }
+
     #[tokio::test]
     async fn an_idempotent_request_that_met_the_upstreams_close_is_sent_again_on_a_new_connection() {
-        let (res, connections) = send_on_a_connection_the_upstream_closed(Method::GET).await;
-        assert_eq!(res, Ok((200, Bytes::from_static(b"ok"))));
-        assert_eq!(connections, 2);
+        for how in [Close::Fin, Close::Reset] {
+            let (res, connections) = send_on_a_connection_the_upstream_closed(Method::GET, how).await;
+            assert_eq!(res, Ok((200, Bytes::from_static(b"ok"))), "{how:?}");
+            assert_eq!(connections, 2, "{how:?}");
+        }
     }
 
     #[tokio::test]
     async fn a_post_that_met_the_upstreams_close_is_not_sent_twice() {
-        let (res, connections) = send_on_a_connection_the_upstream_closed(Method::POST).await;
-        let err = res.expect_err("a POST is not repeated");
-        assert!(err.contains("IncompleteMessage"), "{err}");
-        assert_eq!(connections, 1, "no second connection for it");
+        for how in [Close::Fin, Close::Reset] {
+            let (res, connections) = send_on_a_connection_the_upstream_closed(Method::POST, how).await;
+            let err = res.expect_err("a POST is not repeated");
+            assert!(err.contains("IncompleteMessage") || err.contains("ConnectionReset"), "{how:?}: {err}");
+            assert_eq!(connections, 1, "{how:?}: no second connection for it");
+        }
     }
 
     /// A connection left idle is closed after the idle timeout with no
