@@ -314,7 +314,11 @@ async fn classes_get_their_own_nodes_a_lost_node_is_replaced_conflicts_are_left_
         .await;
     }
 
-    // 2. At rest: nothing is written, no rollout loop.
+    // 2. At rest: nothing is written, no rollout loop. First wait out the
+    // last reactions to the start, as sharding_e2e does: CI once saw a single
+    // status patch land in the window (what it changed was not recorded). An
+    // operator that never stops writing fails in the wait instead.
+    audit::wait_quiet(&cp.dir, USER, Duration::from_secs(2), SETTLE).await;
     let rv = |d: &Deployment| d.metadata.resource_version.clone();
     let mut versions = Vec::new();
     for (app, _) in apps {
