@@ -134,7 +134,8 @@ impl Forward {
     /// Send `req` upstream; `peer` is the client's address for x-forwarded-for.
     /// `max`: the class's maximum duration, which bounds the response head and body too.
     pub fn call(&self, mut req: Request<Incoming>, peer: &HeaderValue, max: Option<Duration>) -> ForwardFuture {
-        let upgrade = self.protocol() == UpstreamProtocol::Http1 && self.upgrade_allowed(req.headers());
+        let protocol = self.protocol();
+        let upgrade = protocol == UpstreamProtocol::Http1 && self.upgrade_allowed(req.headers());
         let inbound = upgrade.then(|| hyper::upgrade::on(&mut req));
         let mut original_authority = req.uri().authority().cloned();
         let h2 = req.version() == Version::HTTP_2;
@@ -142,7 +143,7 @@ impl Forward {
         let (mut parts, body) = req.into_parts();
         let target = std::mem::take(&mut parts.uri).into_parts().path_and_query;
         let target = target.unwrap_or_else(|| PathAndQuery::from_static("/"));
-        parts.uri = match self.protocol() {
+        parts.uri = match protocol {
             // Origin form; the host goes in Host, below.
             UpstreamProtocol::Http1 => Uri::from(target),
             // An HTTP/2 upstream reads the host from :authority (RFC 9113 8.3.1): the client's, as
@@ -163,7 +164,7 @@ impl Forward {
                 }
             }
         };
-        parts.version = match self.protocol() {
+        parts.version = match protocol {
             UpstreamProtocol::Http1 => Version::HTTP_11,
             UpstreamProtocol::H2c => Version::HTTP_2,
         };
@@ -174,7 +175,7 @@ impl Forward {
             strip_hop_by_hop(&mut parts.headers, upgrade);
         }
         // (An h2c upstream has the host in :authority, above.)
-        if self.protocol() == UpstreamProtocol::Http1 && (h2 || !parts.headers.contains_key(header::HOST)) {
+        if protocol == UpstreamProtocol::Http1 && (h2 || !parts.headers.contains_key(header::HOST)) {
             // An HTTP/2 client names the host in :authority, which wins over a Host header (RFC 9113 8.3.1);
             // an HTTP/1.0 client may name none: then the upstream's.
             let authority = original_authority.unwrap_or_else(|| self.upstream.authority.clone());

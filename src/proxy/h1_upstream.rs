@@ -124,15 +124,13 @@ impl H1Upstream {
         if sender.is_closed() {
             return;
         }
-        let now = Instant::now();
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        // The oldest are at the front (dropping one closes it); the reaper sees to the rest.
-        while idle.entries.front().is_some_and(|e| now.duration_since(e.since) >= self.idle_timeout)
-            || idle.entries.len() >= MAX_IDLE
-        {
+        // The oldest are at the front (dropping one closes it). Age is the
+        // reaper's to see to, and a checkout's, which skips the expired.
+        while idle.entries.len() >= MAX_IDLE {
             idle.entries.pop_front();
         }
-        idle.entries.push_back(Idle { sender, since: now });
+        idle.entries.push_back(Idle { sender, since: Instant::now() });
         // Started and stopped under the lock, so a connection put back is
         // never left without a reaper. (Outside a runtime, as a body dropped
         // at shutdown may be, there is nothing left to reap for.)
