@@ -39,6 +39,10 @@ impl H2Error {
     }
 }
 
+/// The largest response head an upstream may send (RFC 9113 6.5.2's list
+/// size: names, values and 32 bytes a field).
+const MAX_RESPONSE_HEAD: u32 = 64 << 10;
+
 /// One upstream, one HTTP/2 connection, made again when it is gone.
 #[derive(Debug)]
 pub(super) struct H2Upstream {
@@ -84,10 +88,19 @@ impl H2Upstream {
         // connection): the upstream may run that far ahead of slow readers,
         // which bounds what one connection buffers. h2's default 64 KiB would
         // make a large response wait for credit after every 32 KiB read.
+        // The rest are hyper's client settings too, where h2's defaults are
+        // unbounded: until the upstream's SETTINGS arrive, open at most the
+        // 100 streams RFC 9113 6.5.2 asks every server to allow (a burst on a
+        // new connection would otherwise be refused past the upstream's
+        // limit); accept no pushed streams (nothing would read them); and
+        // refuse a response head over 64 KiB (Envoy's bound) instead of 16 MiB.
         let (send, conn) = h2::client::Builder::new()
             .initial_window_size(2 << 20)
             .initial_connection_window_size(5 << 20)
             .max_send_buffer_size(1 << 20)
+            .initial_max_send_streams(100)
+            .enable_push(false)
+            .max_header_list_size(MAX_RESPONSE_HEAD)
             .handshake(tcp)
             .await
             .map_err(H2Error::Handshake)?;

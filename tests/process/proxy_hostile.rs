@@ -587,6 +587,127 @@ async fn an_h2c_upstream_that_says_goaway_costs_no_request() {
     assert_eq!(held.into_body().collect().await.expect("body").to_bytes(), "ok");
 }
 
+/// A pool wide enough for a burst: `search` may hold 150 requests.
+fn wide_pools() -> String {
+    r#"{"version":1,"bulkhead":"shop","resource":"requests","scope":"Instance","dividedBy":1,
+  "capacity":160,"sharedSurplus":154,"onCeiling":"reject","classes":[
+  {"name":"checkout","reserved":2,"ceiling":4,"critical":false},
+  {"name":"search","reserved":2,"ceiling":156,"critical":false},
+  {"name":"control-plane","reserved":2,"ceiling":2,"critical":true}]}"#
+        .to_owned()
+}
+
+/// What an h2 test upstream does on each connection after `settings_delay`:
+/// it allows `max_streams` streams at once and answers each with `head`
+/// extra bytes in an `x-big` header (none if 0) and the body `ok`; if `push`,
+/// it tries to push a stream first and counts the pushes the client let in.
+#[derive(Clone, Copy)]
+struct H2Behaviour {
+    settings_delay: Duration,
+    max_streams: u32,
+    head: usize,
+    push: bool,
+}
+
+/// An h2c upstream (the h2 crate, as real servers' own stacks are) with
+/// `behaviour`; returns its address and the count of accepted pushes.
+async fn h2_upstream(behaviour: H2Behaviour) -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::{atomic::Ordering, Arc};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind upstream");
+    let addr = listener.local_addr().expect("addr");
+    let pushed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = Arc::clone(&pushed);
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let count = Arc::clone(&count);
+            tokio::spawn(async move {
+                // Until the handshake the client's preface and requests wait in the socket.
+                tokio::time::sleep(behaviour.settings_delay).await;
+                let handshake = h2::server::Builder::new()
+                    .max_concurrent_streams(behaviour.max_streams)
+                    .handshake::<_, bytes::Bytes>(stream);
+                let Ok(mut conn) = handshake.await else { return };
+                while let Some(Ok((_req, mut respond))) = conn.accept().await {
+                    if behaviour.push {
+                        let promise = Request::get("http://upstream/pushed").body(()).expect("push request");
+                        if respond.push_request(promise).is_ok() {
+                            count.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                    let mut res = http::Response::new(());
+                    if behaviour.head > 0 {
+                        let big = http::HeaderValue::from_str(&"a".repeat(behaviour.head)).expect("value");
+                        res.headers_mut().insert("x-big", big);
+                    }
+                    if let Ok(mut body) = respond.send_response(res, false) {
+                        let _ = body.send_data(bytes::Bytes::from_static(b"ok"), true);
+                    }
+                }
+            });
+        }
+    });
+    (addr, pushed)
+}
+
+const PROMPT: H2Behaviour = H2Behaviour { settings_delay: Duration::ZERO, max_streams: 100, head: 0, push: false };
+
+/// h2's client opens unlimited streams until the server's SETTINGS arrive;
+/// a server that allows 100 (nginx allows 128, Go 250) refuses the rest of a
+/// burst that reaches a new connection before its SETTINGS.
+#[tokio::test]
+async fn a_burst_on_a_new_h2c_upstream_connection_stays_within_the_streams_every_server_allows() {
+    let (up, _) = h2_upstream(H2Behaviour { settings_delay: Duration::from_millis(300), ..PROMPT }).await;
+    let config = ConfigDir::new(&wide_pools());
+    let url = format!("http://{up}");
+    let proxy = Proxy::start(config.path(), &args(&url, &["--upstream-protocol", "h2c"])).await;
+    let client = h2c();
+    let burst = (0..150).map(|_| {
+        let (client, url) = (client.clone(), proxy.url("/"));
+        async move {
+            let res = send(&client, request(&url, Some("search"))).await;
+            (res.status().as_u16(), header(&res, "x-bulkhead-reason").to_owned())
+        }
+    });
+    let answers = futures::future::join_all(burst).await;
+    let failed: Vec<_> = answers.iter().filter(|(status, _)| *status != 200).collect();
+    assert!(failed.is_empty(), "{} of 150 failed, e.g. {:?}:\n{}", failed.len(), failed.first(), proxy.log());
+}
+
+#[tokio::test]
+async fn an_h2c_upstream_can_neither_push_streams_nor_send_an_unbounded_response_head() {
+    let (up, pushed) = h2_upstream(H2Behaviour { push: true, ..PROMPT }).await;
+    let config = ConfigDir::new(&pools(5));
+    let url = format!("http://{up}");
+    let proxy = Proxy::start(config.path(), &args(&url, &["--upstream-protocol", "h2c"])).await;
+    let res = send(&h2c(), request(&proxy.url("/"), Some("search"))).await;
+    assert_eq!(res.status(), 200, "{}", proxy.log());
+    assert_eq!(pushed.load(std::sync::atomic::Ordering::SeqCst), 0, "the proxy told the upstream not to push");
+
+    // A head within 64 KiB passes; one past it is a 502, not 16 MiB held per stream (h2's default).
+    for (head, status) in [(60 << 10, 200), (70 << 10, 502)] {
+        let (up, _) = h2_upstream(H2Behaviour { head, ..PROMPT }).await;
+        let url = format!("http://{up}");
+        let proxy = Proxy::start(config.path(), &args(&url, &["--upstream-protocol", "h2c"])).await;
+        assert_eq!(large_head_get(proxy.listen).await, status, "a {head}-byte header:\n{}", proxy.log());
+    }
+}
+
+/// The status of a GET over h2c by a client that takes heads up to 1 MiB
+/// (hyper's client stops at 16 KiB).
+async fn large_head_get(proxy: SocketAddr) -> u16 {
+    let tcp = TcpStream::connect(proxy).await.expect("connect");
+    let (send, conn) = h2::client::Builder::new()
+        .max_header_list_size(1 << 20)
+        .handshake::<_, bytes::Bytes>(tcp)
+        .await
+        .expect("handshake");
+    tokio::spawn(conn);
+    let req = Request::get(format!("http://{proxy}/")).header("x-class", "search").body(()).expect("request");
+    let mut send = send.ready().await.expect("ready");
+    let (response, _) = send.send_request(req, true).expect("send");
+    tokio::time::timeout(WAIT, response).await.expect("in time").expect("a response").status().as_u16()
+}
+
 /// A raw HTTP/1.1 upstream that counts its connections and answers `ok` to
 /// each request head; with `close_after_answer` it closes every connection
 /// right after its first answer, without saying so (no `Connection: close`),
