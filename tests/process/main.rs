@@ -9,6 +9,7 @@ mod check_gate;
 mod cli;
 mod errors;
 mod proxy;
+mod proxy_abuse;
 mod proxy_hostile;
 #[path = "../proxy/support.rs"]
 #[allow(dead_code)]

@@ -18,7 +18,7 @@ use tokio::{
     net::TcpStream,
 };
 
-fn args<'a>(upstream: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+pub(super) fn args<'a>(upstream: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     let mut a = vec!["--upstream", upstream, "--workers", "1", "--classify", "header:x-class"];
     a.extend_from_slice(extra);
     a
@@ -26,14 +26,14 @@ fn args<'a>(upstream: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
 
 /// Send `raw` on a fresh connection; everything read until the peer closes
 /// or `within` passes (None if nothing came back at all).
-async fn exchange(addr: SocketAddr, raw: &[u8], within: Duration) -> (String, bool) {
+pub(super) async fn exchange(addr: SocketAddr, raw: &[u8], within: Duration) -> (String, bool) {
     let mut tcp = TcpStream::connect(addr).await.expect("connect");
     tcp.write_all(raw).await.expect("write");
     read_until_closed(&mut tcp, within).await
 }
 
 /// What arrived, and whether the peer closed within `within`.
-async fn read_until_closed(tcp: &mut TcpStream, within: Duration) -> (String, bool) {
+pub(super) async fn read_until_closed(tcp: &mut TcpStream, within: Duration) -> (String, bool) {
     let deadline = Instant::now() + within;
     let mut got = Vec::new();
     let mut buf = [0u8; 4096];
@@ -47,7 +47,7 @@ async fn read_until_closed(tcp: &mut TcpStream, within: Duration) -> (String, bo
     }
 }
 
-async fn slots_free(proxy: &Proxy, class: &str) {
+pub(super) async fn slots_free(proxy: &Proxy, class: &str) {
     let deadline = Instant::now() + WAIT;
     while proxy.in_flight(class).await != 0.0 {
         assert!(Instant::now() < deadline, "{class} slots never given back:\n{}", proxy.log());
@@ -332,15 +332,15 @@ async fn a_class_with_a_maximum_duration_is_cut_past_it() {
 
 /// A bare HTTP/2 client over TCP: the preface and SETTINGS (acknowledged as
 /// the protocol asks), PINGs answered or not as the test wants.
-struct RawH2 {
-    tcp: TcpStream,
+pub(super) struct RawH2 {
+    pub(super) tcp: TcpStream,
     answer_pings: bool,
-    pings: usize,
-    goaway: bool,
+    pub(super) pings: usize,
+    pub(super) goaway: bool,
 }
 
 impl RawH2 {
-    async fn connect(addr: SocketAddr, answer_pings: bool) -> Self {
+    pub(super) async fn connect(addr: SocketAddr, answer_pings: bool) -> Self {
         let mut tcp = TcpStream::connect(addr).await.expect("connect");
         let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
         hello.extend_from_slice(&frame(4, 0, 0, &[]));
@@ -349,7 +349,7 @@ impl RawH2 {
     }
 
     /// A GET on stream `id`, with END_STREAM (HPACK literals, no indexing).
-    async fn get(&mut self, id: u32, path: &str) {
+    pub(super) async fn get(&mut self, id: u32, path: &str) {
         let mut block = vec![0x82, 0x86]; // :method GET, :scheme http
         for (name, value) in [(":path", path), (":authority", "shop"), ("x-class", "search")] {
             block.push(0x00);
@@ -364,7 +364,7 @@ impl RawH2 {
 
     /// Read frames for `within`, answering what must be answered; true if the
     /// proxy closed the connection in that time.
-    async fn run(&mut self, within: Duration) -> bool {
+    pub(super) async fn run(&mut self, within: Duration) -> bool {
         let deadline = Instant::now() + within;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -401,7 +401,7 @@ impl RawH2 {
     }
 }
 
-fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+pub(super) fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
     let len = u32::try_from(payload.len()).expect("small frame").to_be_bytes();
     let mut f = vec![len[1], len[2], len[3], kind, flags];
     f.extend_from_slice(&stream.to_be_bytes());
