@@ -41,7 +41,7 @@ impl H2Error {
 
 /// The largest response head an upstream may send (RFC 9113 6.5.2's list
 /// size: names, values and 32 bytes a field).
-const MAX_RESPONSE_HEAD: u32 = 64 << 10;
+const MAX_RESPONSE_HEAD: u32 = 400 << 10;
 
 /// One upstream, one HTTP/2 connection, made again when it is gone.
 #[derive(Debug)]
@@ -88,12 +88,15 @@ impl H2Upstream {
         // connection): the upstream may run that far ahead of slow readers,
         // which bounds what one connection buffers. h2's default 64 KiB would
         // make a large response wait for credit after every 32 KiB read.
-        // The rest are hyper's client settings too, where h2's defaults are
-        // unbounded: until the upstream's SETTINGS arrive, open at most the
-        // 100 streams RFC 9113 6.5.2 asks every server to allow (a burst on a
-        // new connection would otherwise be refused past the upstream's
-        // limit); accept no pushed streams (nothing would read them); and
-        // refuse a response head over 64 KiB (Envoy's bound) instead of 16 MiB.
+        // Where h2's defaults are loose: until the upstream's SETTINGS arrive,
+        // open at most the 100 streams RFC 9113 6.5.2 recommends a server
+        // allow (hyper's client does the same; a burst on a new connection
+        // would otherwise be refused past the upstream's limit); accept no
+        // pushed streams (nothing reads them); and take a response head up to
+        // 400 KiB, about what an HTTP/1.1 upstream gets (hyper's 408 KiB read
+        // buffer), instead of 16 MiB. Past 4x that, h2 closes the whole
+        // connection, so a limit near what real heads use would let one bad
+        // response fail every request on it.
         let (send, conn) = h2::client::Builder::new()
             .initial_window_size(2 << 20)
             .initial_connection_window_size(5 << 20)

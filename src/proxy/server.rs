@@ -145,10 +145,10 @@ impl Conn {
         }
         match self.listener.gate.admit(&req) {
             Ok(permit) => {
-                // Room for what forwarding adds (class headers, x-forwarded-for and -proto)
+                // Room for what forwarding adds (class headers, x-forwarded-for and -proto, Host)
                 // at once: hyper and h2 size a request's map to the fields it came with, and
                 // each insert into a full map grows it again.
-                req.headers_mut().reserve(self.listener.class_headers.len() + 2);
+                req.headers_mut().reserve(self.listener.class_headers.len() + 3);
                 // The upstream sees one class header: the class the request is counted as.
                 for name in &self.listener.class_headers {
                     req.headers_mut().insert(name, permit.class_header().clone());

@@ -12,7 +12,7 @@ use http::Request;
 use proxy_support::*;
 use tokio::{io::AsyncWriteExt, net::TcpStream};
 
-use super::proxy_hostile::{args, exchange, frame, slots_free, RawH2};
+use super::proxy_hostile::{args, exchange, frame, read_until_closed, slots_free, RawH2};
 
 /// Requests admitted to `search` so far, from either pool.
 async fn admitted(proxy: &Proxy) -> f64 {
@@ -44,8 +44,8 @@ fn get(proxy: &Proxy, extra: Option<(&str, String)>) -> Request<()> {
     req.body(()).expect("request")
 }
 
-/// CVE-2023-44487: streams opened and reset at once. hyper allows 20 resets
-/// of streams not yet accepted, then h2 sends GOAWAY.
+/// CVE-2023-44487: streams opened and reset at once. h2 allows 20 streams
+/// at once reset before they were accepted, then sends GOAWAY.
 #[tokio::test]
 async fn rapid_reset_gets_the_connection_closed_and_takes_no_slot() {
     let up = Upstream::start().await;
@@ -65,11 +65,12 @@ async fn rapid_reset_gets_the_connection_closed_and_takes_no_slot() {
         }
         opened += 1;
         if opened % 100 == 0 {
-            // Let the frames go out, as a client writing as fast as the socket takes them.
-            tokio::task::yield_now().await;
+            // Batches of 100 with a pause, so that a proxy slow to get the CPU
+            // still reads each batch before the next (the bound below is on it).
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     };
-    assert!(opened < 2_000, "closed only after {opened} streams");
+    assert!(opened < 5_000, "closed only after {opened} streams");
     // The proxy sends GOAWAY and closes; a client still writing may meet the
     // close (a broken pipe) before it reads the GOAWAY.
     let calm = ended.is_go_away() && ended.is_remote() && ended.reason() == Some(h2::Reason::ENHANCE_YOUR_CALM);
@@ -78,9 +79,9 @@ async fn rapid_reset_gets_the_connection_closed_and_takes_no_slot() {
     still_serves(&proxy).await;
 }
 
-/// CVE-2024-27316 and kin: a header block that never ends. h2 stops at the
-/// 16 KiB header-list limit or after 5 CONTINUATION frames at that limit
-/// (it allows the frames the limit needs plus a quarter), whichever is first.
+/// CVE-2024-27316 and kin: a header block that never ends. h2 stops after
+/// 5 CONTINUATION frames (its floor at a 16 KiB header list) or at four
+/// times the header-list limit, whichever is first.
 #[tokio::test]
 async fn a_continuation_flood_is_cut_at_the_header_list_limit() {
     let up = Upstream::start().await;
@@ -99,26 +100,27 @@ async fn a_continuation_flood_is_cut_at_the_header_list_limit() {
     raw.tcp.write_all(&frame(1, 0x1, 1, &block)).await.expect("headers");
     // Then up to 11 MB of CONTINUATION frames, each one more 100-byte field.
     let mut sent = 0usize;
+    let flood = Instant::now() + WAIT;
     for i in 0..100_000u32 {
         let mut field = vec![0x00, 8];
         field.extend_from_slice(format!("x-{i:06}").as_bytes());
         field.push(100);
         field.extend_from_slice(&[b'a'; 100]);
-        if raw.tcp.write_all(&frame(9, 0, 1, &field)).await.is_err() {
-            break;
+        match tokio::time::timeout_at(flood.into(), raw.tcp.write_all(&frame(9, 0, 1, &field))).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => break,
+            Err(_) => panic!("the proxy stopped reading after {sent} CONTINUATION frames without closing"),
         }
         sent += 1;
     }
-    let started = Instant::now();
     assert!(raw.run(Duration::from_secs(5)).await, "still open after {sent} CONTINUATION frames");
     // What the socket buffers took before the close reached us is not all of it.
     assert!(sent < 100_000, "all 100,000 CONTINUATION frames were taken");
-    assert!(started.elapsed() < Duration::from_secs(5));
     assert_eq!(admitted(&proxy).await, 0.0, "a request without an end of headers was admitted");
     still_serves(&proxy).await;
 }
 
-/// Request heads are bounded before admission: HTTP/1.1 by hyper's 400 KiB
+/// Request heads are bounded before admission: HTTP/1.1 by hyper's 408 KiB
 /// read buffer (431), HTTP/2 by the 16 KiB header list (431, and GOAWAY for
 /// one far past it).
 #[tokio::test]
@@ -131,7 +133,10 @@ async fn oversized_request_heads_are_refused_before_admission() {
     };
     let (got, _) = exchange(proxy.listen, head(100).as_bytes(), Duration::from_secs(3)).await;
     assert!(got.starts_with("HTTP/1.1 200 "), "a 100 KiB HTTP/1.1 head: {got:.60}");
-    let (got, closed) = exchange(proxy.listen, head(500).as_bytes(), Duration::from_secs(3)).await;
+    // The proxy may close before the whole head is written: keep what it answered.
+    let mut tcp = TcpStream::connect(proxy.listen).await.expect("connect");
+    let _ = tcp.write_all(head(500).as_bytes()).await;
+    let (got, closed) = read_until_closed(&mut tcp, Duration::from_secs(3)).await;
     assert!(got.starts_with("HTTP/1.1 431 ") && closed, "a 500 KiB HTTP/1.1 head: {got:.60}, closed {closed}");
 
     for (kib, status) in [(10, 200), (20, 431)] {
