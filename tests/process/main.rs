@@ -14,5 +14,6 @@ mod proxy_hostile;
 #[path = "../proxy/support.rs"]
 #[allow(dead_code)]
 mod proxy_support;
+mod proxy_upstream;
 mod readme;
 mod shutdown;

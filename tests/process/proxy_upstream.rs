@@ -1,0 +1,351 @@
+//! `bulkhead proxy` against upstreams that do what real servers do: recycle
+//! connections (GOAWAY, keep-alive limits, idle closes), limit streams, try to
+//! push, send huge heads. None of it may cost a client's request or the shared
+//! upstream connection. The real binary, loopback only, every wait bounded.
+
+use crate::proxy_support;
+
+use std::{
+    net::SocketAddr,
+    time::{Duration, Instant},
+};
+
+use http::Request;
+use http_body_util::BodyExt;
+use proxy_support::*;
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpStream,
+};
+
+use crate::proxy_hostile::{args, exchange, slots_free};
+
+#[tokio::test]
+async fn an_h2c_upstream_streams_both_ways_and_keeps_every_limit() {
+    let up = Upstream::start().await;
+    let config = ConfigDir::new(&pools(5));
+    let url = up.url();
+    let extra = ["--upstream-protocol", "h2c", "--response-timeout", "1500ms", "--idle-timeout", "300ms"];
+    let proxy = Proxy::start(config.path(), &args(&url, &extra)).await;
+    // Heads both ways, over either protocol in front.
+    for client in [http1(), h2c()] {
+        let res = send(&client, request(&proxy.url("/headers"), Some("search"))).await;
+        assert_eq!(res.status(), 200);
+        let body = String::from_utf8_lossy(&res.into_body().collect().await.expect("body").to_bytes()).into_owned();
+        assert!(body.contains("x-class: search\n") && body.contains("x-forwarded-proto: http\n"), "{body}");
+        // The client's host arrives as :authority, and only there.
+        let host = format!("authority: {}\n", proxy.listen);
+        assert!(body.contains(&host) && !body.contains("host:"), "{body}");
+    }
+    // A request body past the initial 64 KiB window: flow control both ways.
+    let big = vec![b'x'; 300_000];
+    let mut raw = format!(
+        "POST /body HTTP/1.1\r\nhost: shop\r\nx-class: search\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        big.len()
+    )
+    .into_bytes();
+    raw.extend_from_slice(&big);
+    let (got, _) = exchange(proxy.listen, &raw, Duration::from_secs(5)).await;
+    assert!(got.starts_with("HTTP/1.1 200") && got.ends_with("300000"), "{got:?}");
+    // A streamed response: its slot is held until its end.
+    let res = hold(&http1(), &proxy, Some("checkout")).await;
+    assert_eq!(proxy.in_flight("checkout").await, 1.0);
+    up.release();
+    finish(res).await;
+    slots_free(&proxy, "checkout").await;
+    // No answer: 504; a stalled request body: 408; both free their slot.
+    let res = send(&http1(), request(&proxy.url("/never"), Some("checkout"))).await;
+    assert_eq!((res.status().as_u16(), header(&res, "x-bulkhead-reason")), (504, "upstream-timeout"));
+    let (got, _) = exchange(
+        proxy.listen,
+        b"POST /body HTTP/1.1\r\nhost: shop\r\nx-class: checkout\r\ncontent-length: 1000000\r\n\r\nx",
+        Duration::from_secs(3),
+    )
+    .await;
+    assert!(got.starts_with("HTTP/1.1 408"), "{got:?}");
+    slots_free(&proxy, "checkout").await;
+    // An upstream that is not there: 502, named.
+    let dead = format!("http://{}", free_port());
+    let gone = Proxy::start(config.path(), &args(&dead, &["--upstream-protocol", "h2c"])).await;
+    let res = send(&http1(), request(&gone.url("/"), Some("checkout"))).await;
+    assert_eq!((res.status().as_u16(), header(&res, "x-bulkhead-reason")), (502, "upstream-connect"));
+    slots_free(&gone, "checkout").await;
+}
+
+/// An h2c upstream that says GOAWAY on request, as a gRPC server does at its
+/// `MAX_CONNECTION_AGE` or any server in a graceful restart: the connections
+/// it had keep serving their open streams, and new connections are accepted.
+/// `/hold` answers once the test releases it; anything else answers at once.
+struct RecyclingUpstream {
+    addr: SocketAddr,
+    goaway: tokio::sync::watch::Sender<bool>,
+    release: tokio::sync::watch::Sender<bool>,
+    connections: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl RecyclingUpstream {
+    async fn start() -> Self {
+        use std::sync::{atomic::Ordering, Arc};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind upstream");
+        let addr = listener.local_addr().expect("addr");
+        let (goaway, goaway_rx) = tokio::sync::watch::channel(false);
+        let (release, release_rx) = tokio::sync::watch::channel(false);
+        let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = Arc::clone(&connections);
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
+                let (mut goaway_rx, release_rx) = (goaway_rx.clone(), release_rx.clone());
+                goaway_rx.mark_unchanged();
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                        let mut release_rx = release_rx.clone();
+                        async move {
+                            if req.uri().path() == "/hold" {
+                                let _ = release_rx.wait_for(|r| *r).await;
+                            }
+                            Ok::<_, std::convert::Infallible>(hyper::Response::new(http_body_util::Full::new(
+                                bytes::Bytes::from_static(b"ok"),
+                            )))
+                        }
+                    });
+                    let conn = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+                    let mut conn = std::pin::pin!(conn);
+                    tokio::select! {
+                        _ = conn.as_mut() => return,
+                        _ = goaway_rx.changed() => conn.as_mut().graceful_shutdown(),
+                    }
+                    let _ = conn.await;
+                });
+            }
+        });
+        RecyclingUpstream { addr, goaway, release, connections }
+    }
+}
+
+#[tokio::test]
+async fn an_h2c_upstream_that_says_goaway_costs_no_request() {
+    use std::sync::atomic::Ordering;
+    let up = RecyclingUpstream::start().await;
+    let config = ConfigDir::new(&pools(5));
+    let url = format!("http://{}", up.addr);
+    let proxy = Proxy::start(config.path(), &args(&url, &["--upstream-protocol", "h2c"])).await;
+    let client = h2c();
+    let res = send(&client, request(&proxy.url("/"), Some("search"))).await;
+    assert_eq!(res.status(), 200);
+    res.into_body().collect().await.expect("body");
+    // A long request keeps the first connection open past its GOAWAY.
+    let held = tokio::spawn({
+        let (client, url) = (client.clone(), proxy.url("/hold"));
+        async move { send(&client, request(&url, Some("checkout"))).await }
+    });
+    let deadline = Instant::now() + WAIT;
+    while proxy.in_flight("checkout").await != 1.0 {
+        assert!(Instant::now() < deadline, "the held request never arrived:\n{}", proxy.log());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    up.goaway.send_replace(true);
+    // Every request after the GOAWAY is answered, on a new connection.
+    for i in 0..20 {
+        let res = send(&client, request(&proxy.url("/"), Some("search"))).await;
+        assert_eq!((i, res.status().as_u16(), header(&res, "x-bulkhead-reason").to_owned()), (i, 200, String::new()));
+        res.into_body().collect().await.expect("body");
+    }
+    assert_eq!(up.connections.load(Ordering::SeqCst), 2, "one new connection after the GOAWAY");
+    up.release.send_replace(true);
+    let held = tokio::time::timeout(WAIT, held).await.expect("the held request ends").expect("joined");
+    assert_eq!(held.status(), 200, "the stream open at the GOAWAY is served to its end");
+    assert_eq!(held.into_body().collect().await.expect("body").to_bytes(), "ok");
+}
+
+/// A pool wide enough for a burst: `search` may hold 150 requests.
+fn wide_pools() -> String {
+    r#"{"version":1,"bulkhead":"shop","resource":"requests","scope":"Instance","dividedBy":1,
+  "capacity":160,"sharedSurplus":154,"onCeiling":"reject","classes":[
+  {"name":"checkout","reserved":2,"ceiling":4,"critical":false},
+  {"name":"search","reserved":2,"ceiling":156,"critical":false},
+  {"name":"control-plane","reserved":2,"ceiling":2,"critical":true}]}"#
+        .to_owned()
+}
+
+/// What an h2 test upstream does on each connection after `settings_delay`:
+/// it allows `max_streams` streams at once and answers each with `head`
+/// extra bytes in an `x-big` header (none if 0) and the body `ok`; if `push`,
+/// it tries to push a stream first and counts the pushes the client let in.
+#[derive(Clone, Copy)]
+struct H2Behaviour {
+    settings_delay: Duration,
+    max_streams: u32,
+    head: usize,
+    push: bool,
+}
+
+/// An h2c upstream (the h2 crate, as real servers' own stacks are) with
+/// `behaviour`; returns its address and the count of accepted pushes.
+async fn h2_upstream(behaviour: H2Behaviour) -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::{atomic::Ordering, Arc};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind upstream");
+    let addr = listener.local_addr().expect("addr");
+    let pushed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = Arc::clone(&pushed);
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let count = Arc::clone(&count);
+            tokio::spawn(async move {
+                // Until the handshake the client's preface and requests wait in the socket.
+                tokio::time::sleep(behaviour.settings_delay).await;
+                let handshake = h2::server::Builder::new()
+                    .max_concurrent_streams(behaviour.max_streams)
+                    .handshake::<_, bytes::Bytes>(stream);
+                let Ok(mut conn) = handshake.await else { return };
+                while let Some(Ok((_req, mut respond))) = conn.accept().await {
+                    if behaviour.push {
+                        let promise = Request::get("http://upstream/pushed").body(()).expect("push request");
+                        if respond.push_request(promise).is_ok() {
+                            count.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                    let mut res = http::Response::new(());
+                    if behaviour.head > 0 {
+                        let big = http::HeaderValue::from_str(&"a".repeat(behaviour.head)).expect("value");
+                        res.headers_mut().insert("x-big", big);
+                    }
+                    if let Ok(mut body) = respond.send_response(res, false) {
+                        let _ = body.send_data(bytes::Bytes::from_static(b"ok"), true);
+                    }
+                }
+            });
+        }
+    });
+    (addr, pushed)
+}
+
+const PROMPT: H2Behaviour = H2Behaviour { settings_delay: Duration::ZERO, max_streams: 100, head: 0, push: false };
+
+/// h2's client opens unlimited streams until the server's SETTINGS arrive;
+/// a server that allows 100 (nginx allows 128, Go 250) refuses the rest of a
+/// burst that reaches a new connection before its SETTINGS.
+#[tokio::test]
+async fn a_burst_on_a_new_h2c_upstream_connection_stays_within_the_streams_every_server_allows() {
+    let (up, _) = h2_upstream(H2Behaviour { settings_delay: Duration::from_secs(1), ..PROMPT }).await;
+    let config = ConfigDir::new(&wide_pools());
+    let url = format!("http://{up}");
+    let proxy = Proxy::start(config.path(), &args(&url, &["--upstream-protocol", "h2c"])).await;
+    let client = h2c();
+    let burst = (0..150).map(|_| {
+        let (client, url) = (client.clone(), proxy.url("/"));
+        async move {
+            let res = send(&client, request(&url, Some("search"))).await;
+            (res.status().as_u16(), header(&res, "x-bulkhead-reason").to_owned())
+        }
+    });
+    let answers = futures::future::join_all(burst).await;
+    let failed: Vec<_> = answers.iter().filter(|(status, _)| *status != 200).collect();
+    assert!(failed.is_empty(), "{} of 150 failed, e.g. {:?}:\n{}", failed.len(), failed.first(), proxy.log());
+}
+
+#[tokio::test]
+async fn an_h2c_upstream_can_neither_push_streams_nor_send_an_unbounded_response_head() {
+    let (up, pushed) = h2_upstream(H2Behaviour { push: true, ..PROMPT }).await;
+    let config = ConfigDir::new(&pools(5));
+    let url = format!("http://{up}");
+    let proxy = Proxy::start(config.path(), &args(&url, &["--upstream-protocol", "h2c"])).await;
+    let res = send(&h2c(), request(&proxy.url("/"), Some("search"))).await;
+    assert_eq!(res.status(), 200, "{}", proxy.log());
+    assert_eq!(pushed.load(std::sync::atomic::Ordering::SeqCst), 0, "the proxy told the upstream not to push");
+
+    // A head within 400 KiB passes; one past it is a 502 for that request only, not 16 MiB
+    // held per stream (h2's default) and not the end of the shared upstream connection.
+    for (head, status) in [(390 << 10, 200), (420 << 10, 502)] {
+        let (up, _) = h2_upstream(H2Behaviour { head, ..PROMPT }).await;
+        let url = format!("http://{up}");
+        let proxy = Proxy::start(config.path(), &args(&url, &["--upstream-protocol", "h2c"])).await;
+        assert_eq!(large_head_get(proxy.listen).await, status, "a {head}-byte header:\n{}", proxy.log());
+    }
+}
+
+/// The status of a GET over h2c by a client that takes heads up to 1 MiB
+/// (hyper's client stops at 16 KiB).
+async fn large_head_get(proxy: SocketAddr) -> u16 {
+    let tcp = TcpStream::connect(proxy).await.expect("connect");
+    let (send, conn) = h2::client::Builder::new()
+        .max_header_list_size(1 << 20)
+        .handshake::<_, bytes::Bytes>(tcp)
+        .await
+        .expect("handshake");
+    tokio::spawn(conn);
+    let req = Request::get(format!("http://{proxy}/")).header("x-class", "search").body(()).expect("request");
+    let mut send = send.ready().await.expect("ready");
+    let (response, _) = send.send_request(req, true).expect("send");
+    tokio::time::timeout(WAIT, response).await.expect("in time").expect("a response").status().as_u16()
+}
+
+/// A raw HTTP/1.1 upstream that counts its connections and answers `ok` to
+/// each request head; with `close_after_answer` it closes every connection
+/// right after its first answer, without saying so (no `Connection: close`),
+/// as a server does when its keep-alive timeout fires between two requests.
+async fn counting_h1_upstream(
+    close_after_answer: bool,
+) -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::{atomic::Ordering, Arc};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind upstream");
+    let addr = listener.local_addr().expect("addr");
+    let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = Arc::clone(&connections);
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match stream.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    let end = buf.windows(4).position(|w| w == b"\r\n\r\n").expect("a head") + 4;
+                    buf.drain(..end);
+                    if stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await.is_err()
+                        || close_after_answer
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, connections)
+}
+
+#[tokio::test]
+async fn an_http1_upstream_keeps_its_connections_and_one_it_closed_costs_no_request() {
+    use std::sync::atomic::Ordering;
+    let config = ConfigDir::new(&pools(5));
+    // Kept alive: forty requests, one after another, over one connection.
+    let (addr, connections) = counting_h1_upstream(false).await;
+    let url = format!("http://{addr}");
+    let proxy = Proxy::start(config.path(), &args(&url, &[])).await;
+    for client in [http1(), h2c()] {
+        for i in 0..20 {
+            let res = send(&client, request(&proxy.url("/"), Some("search"))).await;
+            assert_eq!((i, res.status().as_u16()), (i, 200));
+            assert_eq!(res.into_body().collect().await.expect("body").to_bytes(), "ok");
+        }
+    }
+    assert_eq!(connections.load(Ordering::SeqCst), 1, "sequential requests share one upstream connection");
+    // Closed by the upstream after every answer: each request finds that out
+    // before it is sent, or is sent again on a new connection.
+    let (addr, connections) = counting_h1_upstream(true).await;
+    let url = format!("http://{addr}");
+    let proxy = Proxy::start(config.path(), &args(&url, &[])).await;
+    let client = http1();
+    for i in 0..20 {
+        let res = send(&client, request(&proxy.url("/"), Some("search"))).await;
+        assert_eq!((i, res.status().as_u16(), header(&res, "x-bulkhead-reason").to_owned()), (i, 200, String::new()));
+        res.into_body().collect().await.expect("body");
+    }
+    assert_eq!(connections.load(Ordering::SeqCst), 20);
+}
