@@ -18,7 +18,7 @@ use std::{
 };
 
 use bytes::Bytes;
-use http::{request::Parts, uri::Authority, Method, Request, Response};
+use http::{uri::Authority, Method, Request, Response};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::{Either, Empty};
 use hyper::{body::Incoming, client::conn::http1::SendRequest};
@@ -26,6 +26,7 @@ use hyper_util::rt::TokioIo;
 
 use super::{
     dial::{dial, DialError},
+    head::copy_head,
     idle::IdleBody,
 };
 
@@ -175,9 +176,7 @@ impl H1Upstream {
             Err(mut e) => {
                 let again = match (e.take_message(), replay) {
                     (Some(unsent), _) if kept => unsent,
-                    (_, Some(head)) if closed_without_answer(e.error()) => {
-                        Request::from_parts(head, Either::Right(Empty::new()))
-                    }
+                    (_, Some(head)) if closed_without_answer(e.error()) => head.map(|()| Either::Right(Empty::new())),
                     _ => return Err(H1Error::Request(e.into_error())),
                 };
                 tracing::debug!(error = %e.error(), "kept upstream connection closed; sending on a new one");
@@ -208,8 +207,8 @@ fn closed_without_answer(e: &hyper::Error) -> bool {
 }
 
 /// A copy of the head of a request that may be sent twice: no body and an
-/// idempotent method. (Its extensions stay behind: none is read upstream.)
-fn replayable_head(req: &Request<ClientBody>) -> Option<Parts> {
+/// idempotent method.
+fn replayable_head(req: &Request<ClientBody>) -> Option<Request<()>> {
     let idempotent = matches!(
         *req.method(),
         Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
@@ -217,12 +216,7 @@ fn replayable_head(req: &Request<ClientBody>) -> Option<Parts> {
     if !idempotent || !req.body().is_end_stream() {
         return None;
     }
-    let (mut head, ()) = Request::new(()).into_parts();
-    head.method = req.method().clone();
-    head.uri = req.uri().clone();
-    head.version = req.version();
-    head.headers = req.headers().clone();
-    Some(head)
+    Some(copy_head(req))
 }
 
 /// Close expired idle connections every `period` until none is left idle

@@ -19,6 +19,7 @@ use http_body::{Body, Frame, SizeHint};
 
 use super::{
     dial::{dial, DialError},
+    head::copy_head,
     idle::BoxError,
 };
 
@@ -143,28 +144,64 @@ impl H2Upstream {
     }
 
     /// Send `req` (its body streamed by a task of its own unless it is empty)
-    /// and wait for the response head.
+    /// and wait for the response head. A bodiless request the upstream did
+    /// not process is sent again, up to `UNPROCESSED_RETRIES` times.
     pub(super) async fn send<B>(self: Arc<Self>, req: Request<B>) -> Result<Response<H2Body>, H2Error>
     where
         B: Body<Data = Bytes> + Send + Unpin + 'static,
         B::Error: Into<BoxError> + Send,
     {
-        let (id, mut send) = self.ready_sender().await?;
         let (parts, body) = req.into_parts();
-        let eos = body.is_end_stream();
-        let (response, stream) = match send.send_request(Request::from_parts(parts, ()), eos) {
-            Ok(sent) => sent,
-            Err(e) => {
-                self.forget(id);
-                return Err(H2Error::Stream(e));
-            }
-        };
-        if !eos {
+        let head = Request::from_parts(parts, ());
+        if !body.is_end_stream() {
+            let (response, stream) = self.open(head, false).await?;
             tokio::spawn(pipe(body, stream));
+            return response.await.map(into_response).map_err(H2Error::Stream);
         }
-        let res = response.await.map_err(H2Error::Stream)?;
-        Ok(res.map(|recv| H2Body { recv, data_done: false }))
+        for _ in 0..UNPROCESSED_RETRIES {
+            let (response, _) = self.open(copy_head(&head), true).await?;
+            match response.await {
+                Ok(res) => return Ok(into_response(res)),
+                Err(e) if unprocessed(&e) => {
+                    tracing::debug!(error = %e, "the upstream did not process a stream; sending it again");
+                }
+                Err(e) => return Err(H2Error::Stream(e)),
+            }
+        }
+        let (response, _) = self.open(head, true).await?;
+        response.await.map(into_response).map_err(H2Error::Stream)
     }
+
+    /// Open a stream for `head` on a connection that can take one.
+    async fn open(
+        self: &Arc<Self>,
+        head: Request<()>,
+        eos: bool,
+    ) -> Result<(h2::client::ResponseFuture, h2::SendStream<Bytes>), H2Error> {
+        let (id, mut send) = self.ready_sender().await?;
+        send.send_request(head, eos).map_err(|e| {
+            self.forget(id);
+            H2Error::Stream(e)
+        })
+    }
+}
+
+/// Times a bodiless request is sent again when the upstream did not process
+/// it: once is what a GOAWAY usually needs, twice covers a retry that meets
+/// the next connection's limit, and a bound stops an upstream that refuses
+/// everything from keeping a request for ever.
+const UNPROCESSED_RETRIES: u32 = 2;
+
+/// Whether the upstream said it never processed the stream (RFC 9113 8.7):
+/// RST_STREAM REFUSED_STREAM, or a GOAWAY whose last stream id is below it
+/// (h2 fails exactly those streams with the remote GOAWAY). Any other error
+/// may come after the upstream acted on the request.
+fn unprocessed(e: &h2::Error) -> bool {
+    e.is_remote() && (e.is_go_away() || (e.is_reset() && e.reason() == Some(h2::Reason::REFUSED_STREAM)))
+}
+
+fn into_response(res: Response<h2::RecvStream>) -> Response<H2Body> {
+    res.map(|recv| H2Body { recv, data_done: false })
 }
 
 /// Copy a request body into its stream, within the peer's flow control; a

@@ -14,6 +14,7 @@ mod dial;
 pub mod forward;
 mod h1_upstream;
 mod h2_upstream;
+mod head;
 mod idle;
 pub mod options;
 pub mod reload;

@@ -11,14 +11,14 @@ use std::{
 };
 
 use http::Request;
-use http_body_util::BodyExt;
+use http_body_util::{BodyExt, Empty};
 use proxy_support::*;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::TcpStream,
 };
 
-use crate::proxy_hostile::{args, exchange, slots_free};
+use crate::proxy_hostile::{args, exchange, frame, slots_free};
 
 #[tokio::test]
 async fn an_h2c_upstream_streams_both_ways_and_keeps_every_limit() {
@@ -348,4 +348,158 @@ async fn an_http1_upstream_keeps_its_connections_and_one_it_closed_costs_no_requ
         res.into_body().collect().await.expect("body");
     }
     assert_eq!(connections.load(Ordering::SeqCst), 20);
+}
+
+/// What a raw h2c upstream does with the streams of each connection.
+#[derive(Clone, Copy)]
+struct StreamPolicy {
+    /// Refuse this many first streams with RST_STREAM REFUSED_STREAM.
+    refuse_first: usize,
+    /// Answer at most this many, then say GOAWAY naming the last one answered
+    /// and ignore later streams: nginx at its `keepalive_requests` (1000 by
+    /// default) does exactly this, in one step, so the streams a client sent
+    /// meanwhile were never processed.
+    answer_at_most: usize,
+}
+
+/// A raw h2c upstream with `policy`: it answers (`:status 200`, no body)
+/// whatever streams arrived once the connection has been quiet for 100 ms.
+/// Counts connections and streams.
+struct RawH2Upstream {
+    addr: SocketAddr,
+    connections: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    streams: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl RawH2Upstream {
+    async fn start(policy: StreamPolicy) -> Self {
+        use std::sync::{atomic::Ordering, Arc};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind upstream");
+        let addr = listener.local_addr().expect("addr");
+        let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let streams = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (conns, count) = (Arc::clone(&connections), Arc::clone(&streams));
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                conns.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(serve_raw_h2(tcp, policy, Arc::clone(&count)));
+            }
+        });
+        RawH2Upstream { addr, connections, streams }
+    }
+
+    fn connections(&self) -> usize {
+        self.connections.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn streams(&self) -> usize {
+        self.streams.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+async fn serve_raw_h2(mut tcp: TcpStream, policy: StreamPolicy, count: std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    const REFUSED_STREAM: u32 = 7;
+    let mut preface = [0u8; 24];
+    if tcp.read_exact(&mut preface).await.is_err() || tcp.write_all(&frame(4, 0, 0, &[])).await.is_err() {
+        return;
+    }
+    let (mut seen, mut answered, mut last, mut goaway) = (0, 0, 0u32, false);
+    let mut pending = Vec::new();
+    loop {
+        let mut head = [0u8; 9];
+        match tokio::time::timeout(Duration::from_millis(100), tcp.read_exact(&mut head)).await {
+            Ok(Err(_)) => return,
+            Err(_) => {
+                // Quiet: answer what came, within the policy.
+                let mut out = Vec::new();
+                for id in pending.drain(..) {
+                    if answered < policy.answer_at_most {
+                        out.extend(frame(1, 0x5, id, &[0x88]));
+                        (answered, last) = (answered + 1, id);
+                    }
+                }
+                if answered == policy.answer_at_most && !goaway {
+                    let mut payload = last.to_be_bytes().to_vec();
+                    payload.extend_from_slice(&0u32.to_be_bytes());
+                    out.extend(frame(7, 0, 0, &payload));
+                    goaway = true;
+                }
+                if !out.is_empty() && tcp.write_all(&out).await.is_err() {
+                    return;
+                }
+                continue;
+            }
+            Ok(Ok(_)) => {}
+        }
+        let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+        let mut payload = vec![0u8; len];
+        if tcp.read_exact(&mut payload).await.is_err() {
+            return;
+        }
+        let (kind, flags) = (head[3], head[4]);
+        let id = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+        let reply = match kind {
+            4 if flags & 1 == 0 => Some(frame(4, 1, 0, &[])),
+            6 if flags & 1 == 0 => Some(frame(6, 1, 0, &payload)),
+            1 if !goaway => {
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                seen += 1;
+                if seen <= policy.refuse_first {
+                    Some(frame(3, 0, id, &REFUSED_STREAM.to_be_bytes()))
+                } else {
+                    pending.push(id);
+                    None
+                }
+            }
+            // After its GOAWAY nginx ignores new streams.
+            _ => None,
+        };
+        if let Some(reply) = reply {
+            if tcp.write_all(&reply).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// RFC 9113 8.7: a stream refused (RST_STREAM REFUSED_STREAM) or past a
+/// GOAWAY's last stream id was not processed, so sending it again is safe
+/// whatever its method. Without that, every keep-alive limit nginx reaches
+/// (each 1000 requests by default) turns the requests in flight into 502s.
+#[tokio::test]
+async fn streams_an_h2c_upstream_did_not_process_are_sent_again() {
+    let config = ConfigDir::new(&wide_pools());
+    // Ten at once on one connection that answers five, then says GOAWAY.
+    let up = RawH2Upstream::start(StreamPolicy { refuse_first: 0, answer_at_most: 5 }).await;
+    let url = format!("http://{}", up.addr);
+    let proxy = Proxy::start(config.path(), &args(&url, &["--upstream-protocol", "h2c"])).await;
+    let client = h2c();
+    let burst = (0..10).map(|_| {
+        let (client, url) = (client.clone(), proxy.url("/"));
+        async move {
+            let res = send(&client, request(&url, Some("search"))).await;
+            (res.status().as_u16(), header(&res, "x-bulkhead-reason").to_owned())
+        }
+    });
+    let answers = futures::future::join_all(burst).await;
+    assert!(answers.iter().all(|a| a.0 == 200), "{answers:?}\n{}", proxy.log());
+    assert_eq!((up.connections(), up.streams()), (2, 15), "the five not processed sent again, on a new connection");
+
+    // A refused stream goes again on the same connection; a POST too.
+    let up = RawH2Upstream::start(StreamPolicy { refuse_first: 1, answer_at_most: usize::MAX }).await;
+    let url = format!("http://{}", up.addr);
+    let proxy = Proxy::start(config.path(), &args(&url, &["--upstream-protocol", "h2c"])).await;
+    let post = Request::post(proxy.url("/")).header("x-class", "search").body(Empty::new()).expect("request");
+    let res = send(&h2c(), post).await;
+    assert_eq!(res.status(), 200, "{}", proxy.log());
+    assert_eq!((up.connections(), up.streams()), (1, 2));
+
+    // Not for ever: an upstream that refuses everything costs three streams, then a 502.
+    let up = RawH2Upstream::start(StreamPolicy { refuse_first: usize::MAX, answer_at_most: usize::MAX }).await;
+    let url = format!("http://{}", up.addr);
+    let proxy = Proxy::start(config.path(), &args(&url, &["--upstream-protocol", "h2c"])).await;
+    let res = send(&h2c(), request(&proxy.url("/"), Some("search"))).await;
+    assert_eq!((res.status().as_u16(), header(&res, "x-bulkhead-reason")), (502, "upstream"));
+    assert_eq!(up.streams(), 3);
+    slots_free(&proxy, "search").await;
 }
