@@ -6,7 +6,10 @@
 
 use crate::proxy_support;
 
-use std::time::{Duration, Instant};
+use std::{
+    net::SocketAddr,
+    time::{Duration, Instant},
+};
 
 use http::Request;
 use proxy_support::*;
@@ -36,12 +39,31 @@ async fn h2_connect(proxy: &Proxy) -> h2::client::SendRequest<bytes::Bytes> {
     send
 }
 
-fn get(proxy: &Proxy, extra: Option<(&str, String)>) -> Request<()> {
-    let mut req = Request::get(format!("http://{}/", proxy.listen)).header("x-class", "search");
+fn get(proxy: SocketAddr, extra: Option<(&str, String)>) -> Request<()> {
+    let mut req = Request::get(format!("http://{proxy}/")).header("x-class", "search");
     if let Some((name, value)) = extra {
         req = req.header(name, value);
     }
     req.body(()).expect("request")
+}
+
+/// A classified GET with one `extra` header over a new h2c connection, by a
+/// client that takes response heads up to 1 MiB (hyper's client stops at
+/// 16 KiB): its response head, or the error that ended the stream.
+pub(super) async fn h2_get(
+    proxy: SocketAddr,
+    extra: Option<(&str, String)>,
+) -> Result<http::Response<h2::RecvStream>, h2::Error> {
+    let tcp = TcpStream::connect(proxy).await.expect("connect");
+    let (send, conn) = h2::client::Builder::new()
+        .max_header_list_size(1 << 20)
+        .handshake::<_, bytes::Bytes>(tcp)
+        .await
+        .expect("handshake");
+    tokio::spawn(conn);
+    let mut send = send.ready().await.expect("ready");
+    let (res, _) = send.send_request(get(proxy, extra), true).expect("send");
+    tokio::time::timeout(WAIT, res).await.expect("in time")
 }
 
 /// CVE-2023-44487: streams opened and reset at once. h2 allows 20 streams
@@ -59,7 +81,7 @@ async fn rapid_reset_gets_the_connection_closed_and_takes_no_slot() {
             Ok(send) => send,
             Err(e) => break e,
         };
-        match send.send_request(get(&proxy, None), true) {
+        match send.send_request(get(proxy.listen, None), true) {
             Ok((_, mut stream)) => stream.send_reset(h2::Reason::CANCEL),
             Err(e) => break e,
         }
@@ -140,16 +162,11 @@ async fn oversized_request_heads_are_refused_before_admission() {
     assert!(got.starts_with("HTTP/1.1 431 ") && closed, "a 500 KiB HTTP/1.1 head: {got:.60}, closed {closed}");
 
     for (kib, status) in [(10, 200), (20, 431)] {
-        let send = h2_connect(&proxy).await;
-        let mut send = send.ready().await.expect("ready");
-        let (res, _) = send.send_request(get(&proxy, Some(("x-big", "a".repeat(kib << 10)))), true).expect("send");
-        let res = tokio::time::timeout(WAIT, res).await.expect("in time").expect("a response");
+        let res = h2_get(proxy.listen, Some(("x-big", "a".repeat(kib << 10)))).await.expect("a response");
         assert_eq!(res.status(), status, "a {kib} KiB HTTP/2 header list");
     }
-    let send = h2_connect(&proxy).await;
-    let mut send = send.ready().await.expect("ready");
-    let (res, _) = send.send_request(get(&proxy, Some(("x-big", "a".repeat(100 << 10)))), true).expect("send");
-    let err = tokio::time::timeout(WAIT, res).await.expect("in time").expect_err("a 100 KiB HTTP/2 header list");
+    let err =
+        h2_get(proxy.listen, Some(("x-big", "a".repeat(100 << 10)))).await.expect_err("a 100 KiB HTTP/2 header list");
     assert!(err.is_go_away() && err.reason() == Some(h2::Reason::ENHANCE_YOUR_CALM), "{err:?}");
 
     assert_eq!(admitted(&proxy).await, 2.0, "only the two heads within the limits were admitted");
