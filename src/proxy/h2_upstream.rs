@@ -1,24 +1,24 @@
 //! The h2c upstream (`--upstream-protocol h2c`) spoken with the `h2` crate
-//! directly: each forwarded request opens a stream on one shared connection
-//! and its response is awaited in the client's own task. hyper's pooled
+//! directly: each forwarded request opens a stream on a shared connection
+//! (`h2_pool`) and its response is awaited in the client's own task. hyper's pooled
 //! client passes every request to its connection task through a channel and
 //! spawns a task per response (with two oneshots); without that hand-off an
 //! HTTP/2 request costs 0.7-0.9x the CPU (docs/benchmarks.md).
 
 use std::{
     pin::Pin,
-    sync::{Arc, Mutex, PoisonError},
+    sync::Arc,
     task::{ready, Context, Poll},
     time::Duration,
 };
 
 use bytes::{Buf, Bytes};
-use h2::client::SendRequest;
 use http::{uri::Authority, Request, Response};
 use http_body::{Body, Frame, SizeHint};
 
 use super::{
     dial::{dial, DialError},
+    h2_pool::{H2Pool, Picked, StreamSlot},
     head::copy_head,
     idle::BoxError,
 };
@@ -30,13 +30,15 @@ pub(super) enum H2Error {
     Dial(#[from] DialError),
     #[error("h2 handshake with the upstream")]
     Handshake(#[source] h2::Error),
+    #[error("the upstream did not answer a PING (and send its SETTINGS) within the connect timeout")]
+    Settings,
     #[error("upstream stream")]
     Stream(#[source] h2::Error),
 }
 
 impl H2Error {
     pub(super) fn is_connect(&self) -> bool {
-        matches!(self, H2Error::Dial(_) | H2Error::Handshake(_))
+        matches!(self, H2Error::Dial(_) | H2Error::Handshake(_) | H2Error::Settings)
     }
 }
 
@@ -44,14 +46,15 @@ impl H2Error {
 /// size: names, values and 32 bytes a field).
 const MAX_RESPONSE_HEAD: u32 = 400 << 10;
 
-/// One upstream, one HTTP/2 connection, made again when it is gone.
+/// One upstream's HTTP/2 connections (see `H2Pool`), made again when gone.
 #[derive(Debug)]
 pub(super) struct H2Upstream {
     authority: Authority,
     connect_timeout: Duration,
-    /// The connection's handle, and its number (so an old one's end clears only itself).
-    current: Mutex<Option<(u64, SendRequest<Bytes>)>>,
-    /// Held while connecting, so concurrent requests share one new connection.
+    pool: Arc<H2Pool>,
+    /// Held while connecting, so concurrent requests share one new
+    /// connection; the number of the last one made (so an old one's end
+    /// forgets only itself).
     connecting: tokio::sync::Mutex<u64>,
 }
 
@@ -60,29 +63,19 @@ impl H2Upstream {
         Arc::new(H2Upstream {
             authority,
             connect_timeout,
-            current: Mutex::new(None),
+            pool: Arc::default(),
             connecting: tokio::sync::Mutex::new(0),
         })
     }
 
-    fn current(&self) -> Option<(u64, SendRequest<Bytes>)> {
-        self.current.lock().unwrap_or_else(PoisonError::into_inner).clone()
-    }
-
-    fn forget(&self, id: u64) {
-        let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
-        if current.as_ref().is_some_and(|(c, _)| *c == id) {
-            *current = None;
-        }
-    }
-
-    async fn sender(self: &Arc<Self>) -> Result<(u64, SendRequest<Bytes>), H2Error> {
-        if let Some(s) = self.current() {
-            return Ok(s);
+    /// A connection with a stream free, made if none has one.
+    async fn sender(self: &Arc<Self>) -> Result<Picked, H2Error> {
+        if let Some(picked) = self.pool.pick() {
+            return Ok(picked);
         }
         let mut next = self.connecting.lock().await;
-        if let Some(s) = self.current() {
-            return Ok(s);
+        if let Some(picked) = self.pool.pick() {
+            return Ok(picked);
         }
         let tcp = dial(&self.authority, self.connect_timeout).await?;
         // The windows hyper's pooled client had (2 MiB a stream, 5 MiB the
@@ -91,14 +84,13 @@ impl H2Upstream {
         // make a large response wait for credit after every 32 KiB read.
         // Where h2's defaults are loose: until the upstream's SETTINGS arrive,
         // open at most the 100 streams RFC 9113 6.5.2 recommends a server
-        // allow (hyper's client does the same; a burst on a new connection
-        // would otherwise be refused past the upstream's limit); accept no
-        // pushed streams (nothing reads them); and take a response head up to
-        // 400 KiB, about what an HTTP/1.1 upstream gets (hyper's 408 KiB read
-        // buffer), instead of 16 MiB. Past 4x that, h2 closes the whole
-        // connection, so a limit near what real heads use would let one bad
-        // response fail every request on it.
-        let (send, conn) = h2::client::Builder::new()
+        // allow (hyper's client does the same); accept no pushed streams
+        // (nothing reads them); and take a response head up to 400 KiB, about
+        // what an HTTP/1.1 upstream gets (hyper's 408 KiB read buffer),
+        // instead of 16 MiB. Past 4x that, h2 closes the whole connection, so
+        // a limit near what real heads use would let one bad response fail
+        // every request on it.
+        let (send, mut conn) = h2::client::Builder::new()
             .initial_window_size(2 << 20)
             .initial_connection_window_size(5 << 20)
             .max_send_buffer_size(1 << 20)
@@ -108,32 +100,44 @@ impl H2Upstream {
             .handshake(tcp)
             .await
             .map_err(H2Error::Handshake)?;
+        let ping = conn.ping_pong();
         *next += 1;
         let id = *next;
-        let this = Arc::clone(self);
+        let pool = Arc::downgrade(&self.pool);
         tokio::spawn(async move {
             if let Err(e) = conn.await {
                 tracing::debug!(error = %e, "upstream h2 connection ended");
             }
-            this.forget(id);
+            if let Some(pool) = pool.upgrade() {
+                pool.forget(id);
+            }
         });
-        *self.current.lock().unwrap_or_else(PoisonError::into_inner) = Some((id, send.clone()));
-        Ok((id, send))
+        // A server's SETTINGS come before its answer to a PING (RFC 9113
+        // 3.4), so after one round trip the connection knows its stream
+        // limit, and a burst is spread over connections by the upstream's
+        // limit rather than by the 100 assumed until then.
+        if let Some(mut ping) = ping {
+            tokio::time::timeout(self.connect_timeout, ping.ping(h2::Ping::opaque()))
+                .await
+                .map_err(|_| H2Error::Settings)?
+                .map_err(H2Error::Handshake)?;
+        }
+        Ok(self.pool.add(id, send))
     }
 
-    /// A sender that can open a stream now. A connection that cannot (the
+    /// A connection that can open a stream now. One that cannot (the
     /// upstream said GOAWAY, as gRPC servers do at their maximum connection
-    /// age, or closed it) is forgotten and a new one made, once: no stream was
+    /// age, or closed it) is forgotten and another taken, once: no stream was
     /// opened, so nothing of the request has been sent.
-    async fn ready_sender(self: &Arc<Self>) -> Result<(u64, SendRequest<Bytes>), H2Error> {
+    async fn ready_sender(self: &Arc<Self>) -> Result<Picked, H2Error> {
         let mut retried = false;
         loop {
-            let (id, send) = self.sender().await?;
+            let Picked { id, send, slot } = self.sender().await?;
             match send.ready().await {
-                Ok(send) => return Ok((id, send)),
+                Ok(send) => return Ok(Picked { id, send, slot }),
                 Err(e) => {
-                    tracing::debug!(error = %e, "upstream h2 connection cannot open a stream; making a new one");
-                    self.forget(id);
+                    tracing::debug!(error = %e, "upstream h2 connection cannot open a stream; taking another");
+                    self.pool.forget(id);
                     if retried {
                         return Err(H2Error::Stream(e));
                     }
@@ -154,22 +158,22 @@ impl H2Upstream {
         let (parts, body) = req.into_parts();
         let head = Request::from_parts(parts, ());
         if !body.is_end_stream() {
-            let (response, stream) = self.open(head, false).await?;
+            let (response, stream, slot) = self.open(head, false).await?;
             tokio::spawn(pipe(body, stream));
-            return response.await.map(into_response).map_err(H2Error::Stream);
+            return response.await.map(|res| into_response(res, slot)).map_err(H2Error::Stream);
         }
         for _ in 0..UNPROCESSED_RETRIES {
-            let (response, _) = self.open(copy_head(&head), true).await?;
+            let (response, _, slot) = self.open(copy_head(&head), true).await?;
             match response.await {
-                Ok(res) => return Ok(into_response(res)),
+                Ok(res) => return Ok(into_response(res, slot)),
                 Err(e) if unprocessed(&e) => {
                     tracing::debug!(error = %e, "the upstream did not process a stream; sending it again");
                 }
                 Err(e) => return Err(H2Error::Stream(e)),
             }
         }
-        let (response, _) = self.open(head, true).await?;
-        response.await.map(into_response).map_err(H2Error::Stream)
+        let (response, _, slot) = self.open(head, true).await?;
+        response.await.map(|res| into_response(res, slot)).map_err(H2Error::Stream)
     }
 
     /// Open a stream for `head` on a connection that can take one.
@@ -177,12 +181,15 @@ impl H2Upstream {
         self: &Arc<Self>,
         head: Request<()>,
         eos: bool,
-    ) -> Result<(h2::client::ResponseFuture, h2::SendStream<Bytes>), H2Error> {
-        let (id, mut send) = self.ready_sender().await?;
-        send.send_request(head, eos).map_err(|e| {
-            self.forget(id);
-            H2Error::Stream(e)
-        })
+    ) -> Result<(h2::client::ResponseFuture, h2::SendStream<Bytes>, StreamSlot), H2Error> {
+        let Picked { id, mut send, slot } = self.ready_sender().await?;
+        match send.send_request(head, eos) {
+            Ok((response, stream)) => Ok((response, stream, slot)),
+            Err(e) => {
+                self.pool.forget(id);
+                Err(H2Error::Stream(e))
+            }
+        }
     }
 }
 
@@ -200,8 +207,8 @@ fn unprocessed(e: &h2::Error) -> bool {
     e.is_remote() && (e.is_go_away() || (e.is_reset() && e.reason() == Some(h2::Reason::REFUSED_STREAM)))
 }
 
-fn into_response(res: Response<h2::RecvStream>) -> Response<H2Body> {
-    res.map(|recv| H2Body { recv, data_done: false })
+fn into_response(res: Response<h2::RecvStream>, slot: StreamSlot) -> Response<H2Body> {
+    res.map(|recv| H2Body { recv, data_done: false, _slot: slot })
 }
 
 /// Copy a request body into its stream, within the peer's flow control; a
@@ -254,6 +261,8 @@ where
 pub struct H2Body {
     recv: h2::RecvStream,
     data_done: bool,
+    /// The stream counts against its connection's limit while the body lives.
+    _slot: StreamSlot,
 }
 
 impl Body for H2Body {

@@ -13,6 +13,7 @@ mod admin;
 mod dial;
 pub mod forward;
 mod h1_upstream;
+mod h2_pool;
 mod h2_upstream;
 mod head;
 mod idle;

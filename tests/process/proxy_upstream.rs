@@ -495,3 +495,103 @@ async fn streams_an_h2c_upstream_did_not_process_are_sent_again() {
     assert_eq!(up.streams(), 3);
     slots_free(&proxy, "search").await;
 }
+
+/// An h2c upstream (the h2 crate) that allows `max_streams` streams a
+/// connection and holds every request until released; counts the requests
+/// it holds, its connections and those still open.
+struct HoldingH2Upstream {
+    addr: SocketAddr,
+    held: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    connections: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    open: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    release: tokio::sync::watch::Sender<bool>,
+}
+
+impl HoldingH2Upstream {
+    async fn start(max_streams: u32) -> Self {
+        use std::sync::{atomic::Ordering, Arc};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind upstream");
+        let addr = listener.local_addr().expect("addr");
+        let (release, release_rx) = tokio::sync::watch::channel(false);
+        let held = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (holding, conns, live) = (Arc::clone(&held), Arc::clone(&connections), Arc::clone(&open));
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                conns.fetch_add(1, Ordering::SeqCst);
+                live.fetch_add(1, Ordering::SeqCst);
+                let (holding, live, release_rx) = (Arc::clone(&holding), Arc::clone(&live), release_rx.clone());
+                tokio::spawn(async move {
+                    let handshake = h2::server::Builder::new()
+                        .max_concurrent_streams(max_streams)
+                        .handshake::<_, bytes::Bytes>(tcp);
+                    if let Ok(mut conn) = handshake.await {
+                        while let Some(Ok((_req, mut respond))) = conn.accept().await {
+                            let (holding, mut release_rx) = (Arc::clone(&holding), release_rx.clone());
+                            tokio::spawn(async move {
+                                holding.fetch_add(1, Ordering::SeqCst);
+                                let _ = release_rx.wait_for(|r| *r).await;
+                                let _ = respond.send_response(http::Response::new(()), true);
+                            });
+                        }
+                    }
+                    live.fetch_sub(1, Ordering::SeqCst);
+                });
+            }
+        });
+        HoldingH2Upstream { addr, held, connections, open, release }
+    }
+}
+
+/// Past an upstream's SETTINGS_MAX_CONCURRENT_STREAMS (Go's servers allow
+/// 250, nginx 128) the proxy opens another connection, as Envoy and HAProxy
+/// do. On one connection h2 queued the rest inside the proxy, one line for
+/// every class: admitted requests that never reached the upstream.
+#[tokio::test]
+async fn past_an_h2c_upstreams_stream_limit_requests_go_on_another_connection() {
+    use std::sync::atomic::Ordering;
+    let up = HoldingH2Upstream::start(10).await;
+    let config = ConfigDir::new(&wide_pools());
+    let url = format!("http://{}", up.addr);
+    let proxy = Proxy::start(config.path(), &args(&url, &["--upstream-protocol", "h2c"])).await;
+    let client = h2c();
+    let requests: Vec<_> = (0..25)
+        .map(|_| {
+            let (client, url) = (client.clone(), proxy.url("/"));
+            tokio::spawn(async move { send(&client, request(&url, Some("search"))).await })
+        })
+        .collect();
+    let deadline = Instant::now() + WAIT;
+    while up.held.load(Ordering::SeqCst) < 25 {
+        assert!(
+            Instant::now() < deadline,
+            "{} of 25 admitted requests reached the upstream (10 streams a connection, {} connections):\n{}",
+            up.held.load(Ordering::SeqCst),
+            up.connections.load(Ordering::SeqCst),
+            proxy.log()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(up.connections.load(Ordering::SeqCst), 3, "25 streams at 10 a connection");
+    up.release.send_replace(true);
+    for request in requests {
+        let res = tokio::time::timeout(WAIT, request).await.expect("answered in time").expect("joined");
+        assert_eq!(res.status(), 200);
+    }
+    // The connections stay for the next burst: no new one for the same load.
+    let again: Vec<_> = (0..25).map(|_| send(&client, request(&proxy.url("/"), Some("search")))).collect();
+    for res in futures::future::join_all(again).await {
+        assert_eq!(res.status(), 200);
+    }
+    assert_eq!(up.connections.load(Ordering::SeqCst), 3);
+    // Unused for 5-10 s, the two made for the burst are closed, the first kept.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while up.open.load(Ordering::SeqCst) > 1 {
+        assert!(Instant::now() < deadline, "{} connections still open", up.open.load(Ordering::SeqCst));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let res = send(&client, request(&proxy.url("/"), Some("search"))).await;
+    assert_eq!(res.status(), 200);
+    assert_eq!((up.open.load(Ordering::SeqCst), up.connections.load(Ordering::SeqCst)), (1, 3));
+}

@@ -1,0 +1,157 @@
+//! The connections of one h2c upstream. A stream goes on the oldest
+//! connection with a stream free under the upstream's
+//! SETTINGS_MAX_CONCURRENT_STREAMS; when every connection is at its limit,
+//! another is made (up to `MAX_CONNECTIONS`), as Envoy's and HAProxy's pools
+//! do. On one connection, h2 would queue the streams past the limit inside
+//! the proxy, in one line for every class: requests a pool admitted would
+//! wait there instead of reaching the upstream, and a critical request would
+//! wait behind the others. A connection past the first that carries no stream
+//! for a reap period is closed.
+
+use std::{
+    sync::{
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+        Arc, Mutex, PoisonError, Weak,
+    },
+    time::Duration,
+};
+
+use bytes::Bytes;
+use h2::client::SendRequest;
+
+/// Connections one upstream may have. Past it a stream goes on the least
+/// loaded one and waits there (in h2) for one of its streams to end.
+pub(super) const MAX_CONNECTIONS: usize = 64;
+/// A connection past the first with no stream for one to two periods is
+/// closed (HAProxy purges idle server connections every 5 s, its
+/// `pool-purge-delay`); the first stays while the upstream keeps it.
+const REAP_PERIOD: Duration = Duration::from_secs(5);
+
+/// One connection's handle and its load.
+#[derive(Clone)]
+struct Conn {
+    id: u64,
+    send: SendRequest<Bytes>,
+    load: Arc<Load>,
+}
+
+#[derive(Default)]
+struct Load {
+    /// Streams the proxy has open on the connection (their slots are alive).
+    open: AtomicUsize,
+    /// Whether a stream was taken since the reaper last looked.
+    used: AtomicBool,
+}
+
+/// A stream counted against its connection until dropped (with the response
+/// body, or with the request that failed).
+#[derive(Debug)]
+pub(super) struct StreamSlot(Arc<Load>);
+
+impl std::fmt::Debug for Load {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Load").field("open", &self.open.load(Ordering::Relaxed)).finish_non_exhaustive()
+    }
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A connection to open a stream on.
+pub(super) struct Picked {
+    pub id: u64,
+    pub send: SendRequest<Bytes>,
+    pub slot: StreamSlot,
+}
+
+#[derive(Default)]
+struct State {
+    /// Oldest first.
+    conns: Vec<Conn>,
+    reaping: bool,
+}
+
+#[derive(Default)]
+pub(super) struct H2Pool {
+    state: Mutex<State>,
+}
+
+impl std::fmt::Debug for H2Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("H2Pool").field("connections", &self.lock().conns.len()).finish()
+    }
+}
+
+impl H2Pool {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The oldest connection with a stream free, or with `MAX_CONNECTIONS`
+    /// made, the least loaded. None: make another.
+    pub(super) fn pick(&self) -> Option<Picked> {
+        let state = self.lock();
+        let free = state.conns.iter().find(|c| c.load.open.load(Ordering::Relaxed) < c.send.current_max_send_streams());
+        let conn = match free {
+            Some(conn) => conn,
+            None if state.conns.len() >= MAX_CONNECTIONS => {
+                state.conns.iter().min_by_key(|c| c.load.open.load(Ordering::Relaxed))?
+            }
+            None => return None,
+        };
+        Some(take(conn))
+    }
+
+    /// Add a new connection and take a stream on it.
+    pub(super) fn add(self: &Arc<Self>, id: u64, send: SendRequest<Bytes>) -> Picked {
+        let conn = Conn { id, send, load: Arc::default() };
+        let picked = take(&conn);
+        let mut state = self.lock();
+        state.conns.push(conn);
+        // Started and stopped under the lock, so a second connection is never left without a reaper.
+        if state.conns.len() > 1 && !state.reaping {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                state.reaping = true;
+                runtime.spawn(reap(Arc::downgrade(self)));
+            }
+        }
+        picked
+    }
+
+    /// Stop using a connection (it ended, or can open no stream).
+    pub(super) fn forget(&self, id: u64) {
+        self.lock().conns.retain(|c| c.id != id);
+    }
+}
+
+fn take(conn: &Conn) -> Picked {
+    conn.load.open.fetch_add(1, Ordering::Relaxed);
+    conn.load.used.store(true, Ordering::Relaxed);
+    Picked { id: conn.id, send: conn.send.clone(), slot: StreamSlot(Arc::clone(&conn.load)) }
+}
+
+/// Close the connections past the first that carried no stream since the
+/// last look, until only one is left or the pool is gone. Dropping the last
+/// handle of an h2 connection without streams closes it.
+async fn reap(pool: Weak<H2Pool>) {
+    loop {
+        tokio::time::sleep(REAP_PERIOD).await;
+        let Some(pool) = pool.upgrade() else { return };
+        let mut state = pool.lock();
+        let mut first = true;
+        state.conns.retain(|c| {
+            let keep = std::mem::take(&mut first)
+                || c.load.open.load(Ordering::Relaxed) > 0
+                || c.load.used.load(Ordering::Relaxed);
+            c.load.used.store(false, Ordering::Relaxed);
+            keep
+        });
+        if state.conns.len() <= 1 {
+            state.reaping = false;
+            return;
+        }
+    }
+}
