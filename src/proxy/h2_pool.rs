@@ -20,8 +20,11 @@ use bytes::Bytes;
 use h2::client::SendRequest;
 
 /// Connections one upstream may have. Past it a stream goes on the least
-/// loaded one and waits there (in h2) for one of its streams to end.
-pub(super) const MAX_CONNECTIONS: usize = 64;
+/// loaded one and waits there (in h2) for one of its streams to end. Each
+/// connection lets the upstream send 5 MiB ahead of the clients reading it,
+/// so 16 bound that at 80 MiB, inside the injected 128Mi; 16 connections of
+/// nginx's 128 streams are 2,048, past most pools' capacity.
+pub(super) const MAX_CONNECTIONS: usize = 16;
 /// A connection past the first with no stream for one to two periods is
 /// closed (HAProxy purges idle server connections every 5 s, its
 /// `pool-purge-delay`); the first stays while the upstream keeps it.

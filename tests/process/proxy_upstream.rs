@@ -595,3 +595,34 @@ async fn past_an_h2c_upstreams_stream_limit_requests_go_on_another_connection() 
     assert_eq!(res.status(), 200);
     assert_eq!((up.open.load(Ordering::SeqCst), up.connections.load(Ordering::SeqCst)), (1, 3));
 }
+
+/// The connections to one upstream stop at 16: past them a request waits on
+/// one of them (each lets the upstream send 5 MiB ahead of the clients).
+#[tokio::test]
+async fn an_h2c_upstream_gets_at_most_16_connections() {
+    use std::sync::atomic::Ordering;
+    let up = HoldingH2Upstream::start(1).await;
+    let config = ConfigDir::new(&wide_pools());
+    let url = format!("http://{}", up.addr);
+    let proxy = Proxy::start(config.path(), &args(&url, &["--upstream-protocol", "h2c"])).await;
+    let client = h2c();
+    let requests: Vec<_> = (0..20)
+        .map(|_| {
+            let (client, url) = (client.clone(), proxy.url("/"));
+            tokio::spawn(async move { send(&client, request(&url, Some("search"))).await })
+        })
+        .collect();
+    let deadline = Instant::now() + WAIT;
+    while up.held.load(Ordering::SeqCst) < 16 {
+        assert!(Instant::now() < deadline, "{} held:\n{}", up.held.load(Ordering::SeqCst), proxy.log());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!((up.held.load(Ordering::SeqCst), up.connections.load(Ordering::SeqCst)), (16, 16));
+    up.release.send_replace(true);
+    for request in requests {
+        let res = tokio::time::timeout(WAIT, request).await.expect("answered in time").expect("joined");
+        assert_eq!(res.status(), 200);
+    }
+    assert_eq!((up.held.load(Ordering::SeqCst), up.connections.load(Ordering::SeqCst)), (20, 16));
+}
