@@ -49,7 +49,17 @@ struct Load {
 /// A stream counted against its connection until dropped (with the response
 /// body, or with the request that failed).
 #[derive(Debug)]
-pub(super) struct StreamSlot(Arc<Load>);
+pub(super) struct StreamSlot {
+    load: Arc<Load>,
+    connection: u64,
+}
+
+impl StreamSlot {
+    /// The connection's number, to forget it.
+    pub(super) fn connection(&self) -> u64 {
+        self.connection
+    }
+}
 
 impl std::fmt::Debug for Load {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -59,7 +69,7 @@ impl std::fmt::Debug for Load {
 
 impl Drop for StreamSlot {
     fn drop(&mut self) {
-        self.0.open.fetch_sub(1, Ordering::Relaxed);
+        self.load.open.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -98,14 +108,16 @@ impl H2Pool {
     pub(super) fn pick(&self) -> Option<Picked> {
         let state = self.lock();
         let free = state.conns.iter().find(|c| c.load.open.load(Ordering::Relaxed) < c.send.current_max_send_streams());
-        let conn = match free {
-            Some(conn) => conn,
-            None if state.conns.len() >= MAX_CONNECTIONS => {
-                state.conns.iter().min_by_key(|c| c.load.open.load(Ordering::Relaxed))?
-            }
-            None => return None,
-        };
-        Some(take(conn))
+        match free {
+            Some(conn) => Some(take(conn)),
+            None if state.conns.len() >= MAX_CONNECTIONS => least_loaded(&state),
+            None => None,
+        }
+    }
+
+    /// The connection with the fewest streams, full or not.
+    pub(super) fn least_loaded(&self) -> Option<Picked> {
+        least_loaded(&self.lock())
     }
 
     /// Add a new connection and take a stream on it.
@@ -130,10 +142,18 @@ impl H2Pool {
     }
 }
 
+fn least_loaded(state: &State) -> Option<Picked> {
+    state.conns.iter().min_by_key(|c| c.load.open.load(Ordering::Relaxed)).map(take)
+}
+
 fn take(conn: &Conn) -> Picked {
     conn.load.open.fetch_add(1, Ordering::Relaxed);
     conn.load.used.store(true, Ordering::Relaxed);
-    Picked { id: conn.id, send: conn.send.clone(), slot: StreamSlot(Arc::clone(&conn.load)) }
+    Picked {
+        id: conn.id,
+        send: conn.send.clone(),
+        slot: StreamSlot { load: Arc::clone(&conn.load), connection: conn.id },
+    }
 }
 
 /// Close the connections past the first that carried no stream since the

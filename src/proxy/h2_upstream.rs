@@ -18,7 +18,7 @@ use http_body::{Body, Frame, SizeHint};
 
 use super::{
     dial::{dial, DialError},
-    h2_pool::{H2Pool, Picked, StreamSlot},
+    h2_pool::{H2Pool, Picked, StreamSlot, MAX_CONNECTIONS},
     head::copy_head,
     idle::BoxError,
 };
@@ -34,6 +34,8 @@ pub(super) enum H2Error {
     Settings,
     #[error("upstream stream")]
     Stream(#[source] h2::Error),
+    #[error("every upstream h2 connection taken failed to open a stream")]
+    NoConnection,
 }
 
 impl H2Error {
@@ -52,11 +54,21 @@ pub(super) struct H2Upstream {
     authority: Authority,
     connect_timeout: Duration,
     pool: Arc<H2Pool>,
-    /// Held while connecting, so concurrent requests share one new
-    /// connection; the number of the last one made (so an old one's end
-    /// forgets only itself).
-    connecting: tokio::sync::Mutex<u64>,
+    /// Held while connecting, so concurrent requests share one new connection.
+    connecting: tokio::sync::Mutex<Dialing>,
 }
+
+#[derive(Debug, Default)]
+struct Dialing {
+    /// The number of the last connection made (so an old one's end forgets only itself).
+    last_id: u64,
+    /// When making one last failed: for `DIAL_BACKOFF` after, requests past
+    /// the connections' limits wait on them instead of each dialling in turn.
+    failed: Option<tokio::time::Instant>,
+}
+
+/// How long a failed dial keeps requests on the connections there are.
+const DIAL_BACKOFF: Duration = Duration::from_secs(1);
 
 impl H2Upstream {
     pub(super) fn new(authority: Authority, connect_timeout: Duration) -> Arc<Self> {
@@ -64,19 +76,48 @@ impl H2Upstream {
             authority,
             connect_timeout,
             pool: Arc::default(),
-            connecting: tokio::sync::Mutex::new(0),
+            connecting: tokio::sync::Mutex::default(),
         })
     }
 
-    /// A connection with a stream free, made if none has one.
-    async fn sender(self: &Arc<Self>) -> Result<Picked, H2Error> {
+    /// A connection with a stream free, made if none has one (then `true`).
+    /// When one cannot be made, the least loaded there is takes the stream
+    /// (h2 queues it until one of its streams ends): an upstream that refuses
+    /// new connections while its open ones work (a connection cap, a full
+    /// backlog) is then as before there were several, not a 502.
+    async fn sender(self: &Arc<Self>) -> Result<(Picked, bool), H2Error> {
         if let Some(picked) = self.pool.pick() {
-            return Ok(picked);
+            return Ok((picked, false));
         }
-        let mut next = self.connecting.lock().await;
+        let mut dialing = self.connecting.lock().await;
         if let Some(picked) = self.pool.pick() {
-            return Ok(picked);
+            return Ok((picked, false));
         }
+        if dialing.failed.is_some_and(|t| t.elapsed() < DIAL_BACKOFF) {
+            if let Some(picked) = self.pool.least_loaded() {
+                return Ok((picked, false));
+            }
+        }
+        match self.connect(&mut dialing).await {
+            Ok(picked) => {
+                dialing.failed = None;
+                Ok((picked, true))
+            }
+            Err(e) => {
+                dialing.failed = Some(tokio::time::Instant::now());
+                match self.pool.least_loaded() {
+                    Some(picked) => {
+                        tracing::debug!(error = %e, "no new upstream h2 connection; waiting on one there is");
+                        Ok((picked, false))
+                    }
+                    None => Err(e),
+                }
+            }
+        }
+    }
+
+    /// Make a connection, wait for its SETTINGS, and take a stream on it.
+    async fn connect(self: &Arc<Self>, dialing: &mut Dialing) -> Result<Picked, H2Error> {
         let tcp = dial(&self.authority, self.connect_timeout).await?;
         // The windows hyper's pooled client had (2 MiB a stream, 5 MiB the
         // connection): the upstream may run that far ahead of slow readers,
@@ -101,8 +142,8 @@ impl H2Upstream {
             .await
             .map_err(H2Error::Handshake)?;
         let ping = conn.ping_pong();
-        *next += 1;
-        let id = *next;
+        dialing.last_id += 1;
+        let id = dialing.last_id;
         let pool = Arc::downgrade(&self.pool);
         tokio::spawn(async move {
             if let Err(e) = conn.await {
@@ -127,24 +168,25 @@ impl H2Upstream {
 
     /// A connection that can open a stream now. One that cannot (the
     /// upstream said GOAWAY, as gRPC servers do at their maximum connection
-    /// age, or closed it) is forgotten and another taken, once: no stream was
-    /// opened, so nothing of the request has been sent.
+    /// age, or closed it) is forgotten and another taken: no stream was
+    /// opened, so nothing of the request has been sent. Forgetting shrinks
+    /// the pool, so only a new connection failing too ends the request
+    /// (when an upstream restarts, every connection it had fails at once).
     async fn ready_sender(self: &Arc<Self>) -> Result<Picked, H2Error> {
-        let mut retried = false;
-        loop {
-            let Picked { id, send, slot } = self.sender().await?;
+        for _ in 0..=MAX_CONNECTIONS {
+            let (Picked { id, send, slot }, fresh) = self.sender().await?;
             match send.ready().await {
                 Ok(send) => return Ok(Picked { id, send, slot }),
                 Err(e) => {
                     tracing::debug!(error = %e, "upstream h2 connection cannot open a stream; taking another");
                     self.pool.forget(id);
-                    if retried {
+                    if fresh {
                         return Err(H2Error::Stream(e));
                     }
-                    retried = true;
                 }
             }
         }
+        Err(H2Error::NoConnection)
     }
 
     /// Send `req` (its body streamed by a task of its own unless it is empty)
@@ -168,6 +210,10 @@ impl H2Upstream {
                 Ok(res) => return Ok(into_response(res, slot)),
                 Err(e) if unprocessed(&e) => {
                     tracing::debug!(error = %e, "the upstream did not process a stream; sending it again");
+                    if e.is_go_away() {
+                        // Not taken again while its other streams end.
+                        self.pool.forget(slot.connection());
+                    }
                 }
                 Err(e) => return Err(H2Error::Stream(e)),
             }

@@ -345,8 +345,11 @@ async fn an_http1_upstream_keeps_its_connections_and_one_it_closed_costs_no_requ
 /// What a raw h2c upstream does with the streams of each connection.
 #[derive(Clone, Copy)]
 struct StreamPolicy {
-    /// Refuse this many first streams with RST_STREAM REFUSED_STREAM.
+    /// Reset this many first streams, with this error code (7: REFUSED_STREAM).
     refuse_first: usize,
+    refuse_with: u32,
+    /// On the first stream: a GOAWAY naming it (so it was processed), then close.
+    hang_up: bool,
     /// Answer at most this many, then say GOAWAY naming the last one answered
     /// and ignore later streams: nginx at its `keepalive_requests` (1000 by
     /// default) does exactly this, in one step, so the streams a client sent
@@ -390,7 +393,6 @@ impl RawH2Upstream {
 }
 
 async fn serve_raw_h2(mut tcp: TcpStream, policy: StreamPolicy, count: std::sync::Arc<std::sync::atomic::AtomicUsize>) {
-    const REFUSED_STREAM: u32 = 7;
     let mut preface = [0u8; 24];
     if tcp.read_exact(&mut preface).await.is_err() || tcp.write_all(&frame(4, 0, 0, &[])).await.is_err() {
         return;
@@ -436,8 +438,14 @@ async fn serve_raw_h2(mut tcp: TcpStream, policy: StreamPolicy, count: std::sync
             1 if !goaway => {
                 count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 seen += 1;
+                if policy.hang_up {
+                    let mut payload = id.to_be_bytes().to_vec();
+                    payload.extend_from_slice(&0u32.to_be_bytes());
+                    let _ = tcp.write_all(&frame(7, 0, 0, &payload)).await;
+                    return;
+                }
                 if seen <= policy.refuse_first {
-                    Some(frame(3, 0, id, &REFUSED_STREAM.to_be_bytes()))
+                    Some(frame(3, 0, id, &policy.refuse_with.to_be_bytes()))
                 } else {
                     pending.push(id);
                     None
@@ -462,7 +470,7 @@ async fn serve_raw_h2(mut tcp: TcpStream, policy: StreamPolicy, count: std::sync
 async fn streams_an_h2c_upstream_did_not_process_are_sent_again() {
     let config = ConfigDir::new(&wide_pools());
     // Ten at once on one connection that answers five, then says GOAWAY.
-    let up = RawH2Upstream::start(StreamPolicy { refuse_first: 0, answer_at_most: 5 }).await;
+    let up = RawH2Upstream::start(StreamPolicy { answer_at_most: 5, ..ANSWER_ALL }).await;
     let url = format!("http://{}", up.addr);
     let proxy = Proxy::start(config.path(), &args(&url, &["--upstream-protocol", "h2c"])).await;
     let client = h2c();
@@ -478,7 +486,7 @@ async fn streams_an_h2c_upstream_did_not_process_are_sent_again() {
     assert_eq!((up.connections(), up.streams()), (2, 15), "the five not processed sent again, on a new connection");
 
     // A refused stream goes again on the same connection; a POST too.
-    let up = RawH2Upstream::start(StreamPolicy { refuse_first: 1, answer_at_most: usize::MAX }).await;
+    let up = RawH2Upstream::start(StreamPolicy { refuse_first: 1, ..ANSWER_ALL }).await;
     let url = format!("http://{}", up.addr);
     let proxy = Proxy::start(config.path(), &args(&url, &["--upstream-protocol", "h2c"])).await;
     let post = Request::post(proxy.url("/")).header("x-class", "search").body(Empty::new()).expect("request");
@@ -487,14 +495,32 @@ async fn streams_an_h2c_upstream_did_not_process_are_sent_again() {
     assert_eq!((up.connections(), up.streams()), (1, 2));
 
     // Not for ever: an upstream that refuses everything costs three streams, then a 502.
-    let up = RawH2Upstream::start(StreamPolicy { refuse_first: usize::MAX, answer_at_most: usize::MAX }).await;
+    let up = RawH2Upstream::start(StreamPolicy { refuse_first: usize::MAX, ..ANSWER_ALL }).await;
     let url = format!("http://{}", up.addr);
     let proxy = Proxy::start(config.path(), &args(&url, &["--upstream-protocol", "h2c"])).await;
     let res = send(&h2c(), request(&proxy.url("/"), Some("search"))).await;
     assert_eq!((res.status().as_u16(), header(&res, "x-bulkhead-reason")), (502, "upstream"));
     assert_eq!(up.streams(), 3);
     slots_free(&proxy, "search").await;
+
+    // Never what the upstream may have acted on: a stream reset with another
+    // code, or one a GOAWAY names before the connection closes, is one 502.
+    let acted_on = [
+        StreamPolicy { refuse_first: usize::MAX, refuse_with: 2, ..ANSWER_ALL },
+        StreamPolicy { hang_up: true, ..ANSWER_ALL },
+    ];
+    for policy in acted_on {
+        let up = RawH2Upstream::start(policy).await;
+        let url = format!("http://{}", up.addr);
+        let proxy = Proxy::start(config.path(), &args(&url, &["--upstream-protocol", "h2c"])).await;
+        let res = send(&h2c(), request(&proxy.url("/"), Some("search"))).await;
+        assert_eq!((res.status().as_u16(), up.streams()), (502, 1), "{}", proxy.log());
+    }
 }
+
+/// Answers every stream.
+const ANSWER_ALL: StreamPolicy =
+    StreamPolicy { refuse_first: 0, refuse_with: 7, hang_up: false, answer_at_most: usize::MAX };
 
 /// An h2c upstream (the h2 crate) that allows `max_streams` streams a
 /// connection and holds every request until released; counts the requests
@@ -509,6 +535,12 @@ struct HoldingH2Upstream {
 
 impl HoldingH2Upstream {
     async fn start(max_streams: u32) -> Self {
+        Self::serving(max_streams, usize::MAX).await
+    }
+
+    /// Past `serve` connections, each new one is closed at once, as by a
+    /// server at its connection cap.
+    async fn serving(max_streams: u32, serve: usize) -> Self {
         use std::sync::{atomic::Ordering, Arc};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind upstream");
         let addr = listener.local_addr().expect("addr");
@@ -519,7 +551,10 @@ impl HoldingH2Upstream {
         let (holding, conns, live) = (Arc::clone(&held), Arc::clone(&connections), Arc::clone(&open));
         tokio::spawn(async move {
             while let Ok((tcp, _)) = listener.accept().await {
-                conns.fetch_add(1, Ordering::SeqCst);
+                if conns.fetch_add(1, Ordering::SeqCst) >= serve {
+                    drop(tcp);
+                    continue;
+                }
                 live.fetch_add(1, Ordering::SeqCst);
                 let (holding, live, release_rx) = (Arc::clone(&holding), Arc::clone(&live), release_rx.clone());
                 tokio::spawn(async move {
@@ -625,4 +660,34 @@ async fn an_h2c_upstream_gets_at_most_16_connections() {
         assert_eq!(res.status(), 200);
     }
     assert_eq!((up.held.load(Ordering::SeqCst), up.connections.load(Ordering::SeqCst)), (20, 16));
+}
+
+/// An upstream that takes no more connections (a cap, a full backlog) while
+/// the one it has works: requests past its stream limit wait on that one, as
+/// before the proxy made more, instead of failing with 502.
+#[tokio::test]
+async fn when_no_new_h2c_connection_can_be_made_requests_wait_on_the_one_there_is() {
+    use std::sync::atomic::Ordering;
+    let up = HoldingH2Upstream::serving(2, 1).await;
+    let config = ConfigDir::new(&wide_pools());
+    let url = format!("http://{}", up.addr);
+    let proxy = Proxy::start(config.path(), &args(&url, &["--upstream-protocol", "h2c"])).await;
+    let client = h2c();
+    let requests: Vec<_> = (0..5)
+        .map(|_| {
+            let (client, url) = (client.clone(), proxy.url("/"));
+            tokio::spawn(async move { send(&client, request(&url, Some("search"))).await })
+        })
+        .collect();
+    let deadline = Instant::now() + WAIT;
+    while up.connections.load(Ordering::SeqCst) < 2 || up.held.load(Ordering::SeqCst) < 2 {
+        assert!(Instant::now() < deadline, "the proxy never tried a second connection:\n{}", proxy.log());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    up.release.send_replace(true);
+    for request in requests {
+        let res = tokio::time::timeout(WAIT, request).await.expect("answered in time").expect("joined");
+        assert_eq!((res.status().as_u16(), header(&res, "x-bulkhead-reason").to_owned()), (200, String::new()));
+    }
+    assert_eq!(up.held.load(Ordering::SeqCst), 5);
 }
