@@ -1,6 +1,7 @@
 //! The connections of one h2c upstream. A stream goes on the oldest
 //! connection with a stream free under the upstream's
-//! SETTINGS_MAX_CONCURRENT_STREAMS; when every connection is at its limit,
+//! SETTINGS_MAX_CONCURRENT_STREAMS and `STREAMS_PER_CONNECTION`; when every
+//! connection is at its limit,
 //! another is made (up to `MAX_CONNECTIONS`), as Envoy's and HAProxy's pools
 //! do. On one connection, h2 would queue the streams past the limit inside
 //! the proxy, in one line for every class: requests a pool admitted would
@@ -20,11 +21,25 @@ use bytes::Bytes;
 use h2::client::SendRequest;
 
 /// Connections one upstream may have. Past it a stream goes on the least
-/// loaded one and waits there (in h2) for one of its streams to end. Each
-/// connection lets the upstream send 5 MiB ahead of the clients reading it,
-/// so 16 bound that at 80 MiB, inside the injected 128Mi; 16 connections of
-/// nginx's 128 streams are 2,048, past most pools' capacity.
+/// loaded one (in h2, it waits there if the upstream's limit is reached).
+/// Each connection lets the upstream send `CONNECTION_WINDOW` ahead of the
+/// clients reading it, so 16 bound that at 64 MiB, inside the injected
+/// 128Mi; 16 connections of `STREAMS_PER_CONNECTION` carry 1,024 streams.
 pub(super) const MAX_CONNECTIONS: usize = 16;
+/// Streams the proxy opens on one connection at most, below the upstream's
+/// own limit if that is higher.
+pub(super) const STREAMS_PER_CONNECTION: usize = 64;
+/// What the upstream may send on one stream ahead of its client reading it:
+/// 64 KiB, as Envoy's edge-proxy guide recommends and HAProxy's default.
+pub(super) const STREAM_WINDOW: u32 = 64 << 10;
+/// The connection's window holds every stream's whole window. Every class's
+/// streams share a connection, and data a client leaves unread holds
+/// connection window too: were it smaller, a few clients of one class that
+/// stop reading large responses would take all of it, and every other
+/// class's responses on the connection would stall behind them. The pool
+/// keeps a connection's streams at `STREAMS_PER_CONNECTION` (until all 16
+/// connections are full), so no stream waits for connection window.
+pub(super) const CONNECTION_WINDOW: u32 = STREAM_WINDOW * STREAMS_PER_CONNECTION as u32;
 /// A connection past the first with no stream for one to two periods is
 /// closed (HAProxy purges idle server connections every 5 s, its
 /// `pool-purge-delay`); the first stays while the upstream keeps it.
@@ -107,7 +122,10 @@ impl H2Pool {
     /// made, the least loaded. None: make another.
     pub(super) fn pick(&self) -> Option<Picked> {
         let state = self.lock();
-        let free = state.conns.iter().find(|c| c.load.open.load(Ordering::Relaxed) < c.send.current_max_send_streams());
+        let free = state.conns.iter().find(|c| {
+            let limit = c.send.current_max_send_streams().min(STREAMS_PER_CONNECTION);
+            c.load.open.load(Ordering::Relaxed) < limit
+        });
         match free {
             Some(conn) => Some(take(conn)),
             None if state.conns.len() >= MAX_CONNECTIONS => least_loaded(&state),

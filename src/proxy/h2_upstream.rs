@@ -18,7 +18,7 @@ use http_body::{Body, Frame, SizeHint};
 
 use super::{
     dial::{dial, DialError},
-    h2_pool::{H2Pool, Picked, StreamSlot, MAX_CONNECTIONS},
+    h2_pool::{H2Pool, Picked, StreamSlot, CONNECTION_WINDOW, MAX_CONNECTIONS, STREAMS_PER_CONNECTION, STREAM_WINDOW},
     head::copy_head,
     idle::BoxError,
 };
@@ -119,23 +119,21 @@ impl H2Upstream {
     /// Make a connection, wait for its SETTINGS, and take a stream on it.
     async fn connect(self: &Arc<Self>, dialing: &mut Dialing) -> Result<Picked, H2Error> {
         let tcp = dial(&self.authority, self.connect_timeout).await?;
-        // The windows hyper's pooled client had (2 MiB a stream, 5 MiB the
-        // connection): the upstream may run that far ahead of slow readers,
-        // which bounds what one connection buffers. h2's default 64 KiB would
-        // make a large response wait for credit after every 32 KiB read.
-        // Where h2's defaults are loose: until the upstream's SETTINGS arrive,
-        // open at most the 100 streams RFC 9113 6.5.2 recommends a server
-        // allow (hyper's client does the same); accept no pushed streams
+        // Windows sized so that no stream waits for another's (see
+        // `CONNECTION_WINDOW`); they bound what one connection buffers ahead
+        // of slow readers. Where h2's defaults are loose: until the
+        // upstream's SETTINGS arrive, open at most `STREAMS_PER_CONNECTION`
+        // (RFC 9113 6.5.2 recommends a server allow 100); accept no pushed streams
         // (nothing reads them); and take a response head up to 400 KiB, about
         // what an HTTP/1.1 upstream gets (hyper's 408 KiB read buffer),
         // instead of 16 MiB. Past 4x that, h2 closes the whole connection, so
         // a limit near what real heads use would let one bad response fail
         // every request on it.
         let (send, mut conn) = h2::client::Builder::new()
-            .initial_window_size(2 << 20)
-            .initial_connection_window_size(5 << 20)
+            .initial_window_size(STREAM_WINDOW)
+            .initial_connection_window_size(CONNECTION_WINDOW)
             .max_send_buffer_size(1 << 20)
-            .initial_max_send_streams(100)
+            .initial_max_send_streams(STREAMS_PER_CONNECTION)
             .enable_push(false)
             .max_header_list_size(MAX_RESPONSE_HEAD)
             .handshake(tcp)

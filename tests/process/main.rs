@@ -11,6 +11,7 @@ mod errors;
 mod proxy;
 mod proxy_abuse;
 mod proxy_hostile;
+mod proxy_shared_connection;
 #[path = "../proxy/support.rs"]
 #[allow(dead_code)]
 mod proxy_support;

@@ -163,7 +163,7 @@ async fn an_h2c_upstream_that_says_goaway_costs_no_request() {
 }
 
 /// A pool wide enough for a burst: `search` may hold 150 requests.
-fn wide_pools() -> String {
+pub(super) fn wide_pools() -> String {
     r#"{"version":1,"bulkhead":"shop","resource":"requests","scope":"Instance","dividedBy":1,
   "capacity":160,"sharedSurplus":154,"onCeiling":"reject","classes":[
   {"name":"checkout","reserved":2,"ceiling":4,"critical":false},
@@ -525,16 +525,16 @@ const ANSWER_ALL: StreamPolicy =
 /// An h2c upstream (the h2 crate) that allows `max_streams` streams a
 /// connection and holds every request until released; counts the requests
 /// it holds, its connections and those still open.
-struct HoldingH2Upstream {
-    addr: SocketAddr,
-    held: std::sync::Arc<std::sync::atomic::AtomicUsize>,
-    connections: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+pub(super) struct HoldingH2Upstream {
+    pub(super) addr: SocketAddr,
+    pub(super) held: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    pub(super) connections: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     open: std::sync::Arc<std::sync::atomic::AtomicUsize>,
-    release: tokio::sync::watch::Sender<bool>,
+    pub(super) release: tokio::sync::watch::Sender<bool>,
 }
 
 impl HoldingH2Upstream {
-    async fn start(max_streams: u32) -> Self {
+    pub(super) async fn start(max_streams: u32) -> Self {
         Self::serving(max_streams, usize::MAX).await
     }
 
@@ -632,7 +632,7 @@ async fn past_an_h2c_upstreams_stream_limit_requests_go_on_another_connection() 
 }
 
 /// The connections to one upstream stop at 16: past them a request waits on
-/// one of them (each lets the upstream send 5 MiB ahead of the clients).
+/// one of them (each lets the upstream send 4 MiB ahead of the clients).
 #[tokio::test]
 async fn an_h2c_upstream_gets_at_most_16_connections() {
     use std::sync::atomic::Ordering;
