@@ -18,6 +18,9 @@
 //!   requests waiting for a capacity slot.
 //! - `POST /reset`: peaks back to the current values.
 //!
+//! A request for `/bytes/N` is answered with N bytes (at most 64 MiB), for
+//! `bench/proxy/bodies`.
+//!
 //! `--capacity N` models a backend with N workers: at most N requests are
 //! handled at once (held ones included) and the rest wait in one FIFO queue
 //! shared by every class, as a thread pool's accept queue would. This is the
@@ -174,7 +177,22 @@ async fn serve(state: Arc<State>, request: Request<Incoming>) -> Result<Response
         }
     }
     stats.answered.fetch_add(1, Ordering::Relaxed);
+    if let Some(n) = request.uri().path().strip_prefix("/bytes/") {
+        return Ok(match n.parse::<usize>() {
+            Ok(n) if n <= MAX_BYTES => text(StatusCode::OK, big_body().slice(..n)),
+            _ => text(StatusCode::BAD_REQUEST, format!("at most {MAX_BYTES} bytes\n")),
+        });
+    }
     Ok(text(StatusCode::OK, Bytes::from_static(b"ok\n")))
+}
+
+const MAX_BYTES: usize = 64 << 20;
+
+/// One buffer every `/bytes/N` answer is a slice of, so the upstream spends
+/// nothing per request on making the body.
+fn big_body() -> Bytes {
+    static BODY: std::sync::OnceLock<Bytes> = std::sync::OnceLock::new();
+    BODY.get_or_init(|| Bytes::from(vec![b'x'; MAX_BYTES])).clone()
 }
 
 async fn control(state: Arc<State>, request: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
