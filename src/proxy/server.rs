@@ -161,15 +161,32 @@ impl Conn {
     }
 }
 
+/// Streams one client connection may have open at once.
+const CLIENT_STREAMS: u32 = 1024;
+/// What a client may send on one stream before the proxy has passed it on:
+/// 64 KiB, as Envoy's edge-proxy guide recommends.
+const CLIENT_STREAM_WINDOW: u32 = 64 << 10;
+
 /// `header_timeout` bounds each HTTP/1.1 request head and is the HTTP/2 ping
 /// interval and ping timeout (a dead peer's connection is closed).
+///
+/// One client connection (a gRPC client, a front proxy) carries requests of
+/// several classes, and a body the upstream is slow to take waits in the
+/// proxy, holding the connection's window as well as its stream's. The
+/// connection's window holds every stream's (64 MiB), so one class's
+/// stalled upload never holds up another class's request bodies (with
+/// hyper's 1 MiB for both, one did). Memory stays bounded by the streams:
+/// only an admitted request's body is read, so at most 64 KiB per request in
+/// flight waits here.
 pub(super) fn http_builder(header_timeout: Duration) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder.http1().timer(TokioTimer::new()).header_read_timeout(header_timeout);
     builder
         .http2()
         .timer(TokioTimer::new())
-        .max_concurrent_streams(1024)
+        .max_concurrent_streams(CLIENT_STREAMS)
+        .initial_stream_window_size(CLIENT_STREAM_WINDOW)
+        .initial_connection_window_size(CLIENT_STREAM_WINDOW * CLIENT_STREAMS)
         .keep_alive_interval(Some(header_timeout))
         .keep_alive_timeout(header_timeout);
     builder

@@ -152,3 +152,86 @@ async fn a_connection_to_an_h2c_upstream_carries_at_most_64_streams_whatever_the
         assert_eq!(res.status(), 200);
     }
 }
+
+/// An HTTP/1.1 upstream that never reads the body of a request for `/a` (its
+/// connection is held open, silent) and answers any other request once its
+/// `content-length` bytes of body have come.
+async fn body_reading_h1_upstream() -> SocketAddr {
+    use tokio::io::AsyncReadExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind upstream");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let mut silent = Vec::new();
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            let mut got = Vec::new();
+            let mut buf = [0u8; 16 << 10];
+            let head_end = loop {
+                if let Some(at) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+                    break Some(at + 4);
+                }
+                match tcp.read(&mut buf).await {
+                    Ok(0) | Err(_) => break None,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+            };
+            let Some(head_end) = head_end else { continue };
+            let head = String::from_utf8_lossy(&got[..head_end]).to_ascii_lowercase();
+            if head.starts_with("post /a ") {
+                silent.push(tcp);
+                continue;
+            }
+            let length: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            tokio::spawn(async move {
+                let mut body = got.len() - head_end;
+                while body < length {
+                    match tcp.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => body += n,
+                    }
+                }
+                let _ = tcp.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok").await;
+            });
+        }
+    });
+    addr
+}
+
+/// One client's HTTP/2 connection carries requests of several classes (a
+/// gRPC client, a front proxy), and the proxy's window for that connection
+/// is shared by their bodies. A body the upstream does not read stays in
+/// the proxy: with 1 MiB a stream and 1 MiB the connection (hyper's
+/// defaults), one class's upload to a stalled handler took it all, and
+/// every other class's request body on that connection (every gRPC call has
+/// one) stalled until the idle timeout.
+#[tokio::test]
+async fn a_stalled_upload_of_one_class_does_not_stall_another_class_on_the_same_client_connection() {
+    let up = body_reading_h1_upstream().await;
+    let config = ConfigDir::new(&wide_pools());
+    let proxy = Proxy::start(config.path(), &args(&format!("http://{up}"), &[])).await;
+    let tcp = TcpStream::connect(proxy.listen).await.expect("connect");
+    let (mut client, conn) = h2::client::handshake(tcp).await.expect("h2 handshake");
+    tokio::spawn(conn);
+    let post = |path: &str, class: &str, length: usize| {
+        http::Request::post(format!("http://shop{path}"))
+            .header("x-class", class)
+            .header("content-length", length)
+            .body(())
+            .expect("request")
+    };
+    let (_stalled, upload) = client.send_request(post("/a", "search", BIG), false).expect("upload sent");
+    let uploaded = Arc::new(AtomicUsize::new(0));
+    tokio::spawn(send_big(upload, Arc::clone(&uploaded)));
+    let held = until_still(&uploaded, &proxy).await;
+    assert!(held < BIG / 2, "the upload did not stall: {held} bytes sent");
+    let mut client = tokio::time::timeout(WAIT, client.ready()).await.expect("in time").expect("a stream is free");
+    let (response, mut body) = client.send_request(post("/b", "checkout", 1024), false).expect("sent");
+    body.send_data(Bytes::from(vec![b'y'; 1024]), true).expect("body queued");
+    let res = tokio::time::timeout(Duration::from_secs(5), response).await.unwrap_or_else(|_| {
+        panic!("checkout's request body stalled behind search's upload ({held} bytes sent):\n{}", proxy.log())
+    });
+    assert_eq!(res.expect("a response").status(), 200);
+}
