@@ -18,8 +18,8 @@
 //!   requests waiting for a capacity slot.
 //! - `POST /reset`: peaks back to the current values.
 //!
-//! A request for `/bytes/N` is answered with N bytes (at most 64 MiB), for
-//! `bench/proxy/bodies`.
+//! For `bench/proxy/bodies`: a GET of `/bytes/N` is answered with N bytes
+//! (at most 64 MiB), and a POST with the length of its body, read whole.
 //!
 //! `--capacity N` models a backend with N workers: at most N requests are
 //! handled at once (held ones included) and the rest wait in one FIFO queue
@@ -35,7 +35,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::header::{HeaderName, HeaderValue, CONTENT_TYPE};
 use hyper::service::service_fn;
@@ -177,6 +177,11 @@ async fn serve(state: Arc<State>, request: Request<Incoming>) -> Result<Response
         }
     }
     stats.answered.fetch_add(1, Ordering::Relaxed);
+    if request.method() == Method::POST {
+        // Read to its end, so that the body's cost is on the way here.
+        let read = request.into_body().collect().await.map(|body| body.to_bytes().len()).unwrap_or(0);
+        return Ok(text(StatusCode::OK, format!("{read}\n")));
+    }
     if let Some(n) = request.uri().path().strip_prefix("/bytes/") {
         return Ok(match n.parse::<usize>() {
             Ok(n) if n <= MAX_BYTES => text(StatusCode::OK, big_body().slice(..n)),
