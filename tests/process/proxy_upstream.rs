@@ -87,7 +87,8 @@ struct RecyclingUpstream {
 }
 
 impl RecyclingUpstream {
-    async fn start() -> Self {
+    /// `max_streams`: the SETTINGS_MAX_CONCURRENT_STREAMS it announces.
+    async fn start(max_streams: u32) -> Self {
         use std::sync::{atomic::Ordering, Arc};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind upstream");
         let addr = listener.local_addr().expect("addr");
@@ -113,6 +114,7 @@ impl RecyclingUpstream {
                         }
                     });
                     let conn = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                        .max_concurrent_streams(max_streams)
                         .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
                     let mut conn = std::pin::pin!(conn);
                     tokio::select! {
@@ -130,7 +132,7 @@ impl RecyclingUpstream {
 #[tokio::test]
 async fn an_h2c_upstream_that_says_goaway_costs_no_request() {
     use std::sync::atomic::Ordering;
-    let up = RecyclingUpstream::start().await;
+    let up = RecyclingUpstream::start(100).await;
     let config = ConfigDir::new(&pools(5));
     let url = format!("http://{}", up.addr);
     let proxy = Proxy::start(config.path(), &args(&url, &["--upstream-protocol", "h2c"])).await;
@@ -160,6 +162,54 @@ async fn an_h2c_upstream_that_says_goaway_costs_no_request() {
     let held = tokio::time::timeout(WAIT, held).await.expect("the held request ends").expect("joined");
     assert_eq!(held.status(), 200, "the stream open at the GOAWAY is served to its end");
     assert_eq!(held.into_body().collect().await.expect("body").to_bytes(), "ok");
+}
+
+/// A graceful restart says GOAWAY on every connection at once: the requests
+/// after it go on a new connection, and those open at the GOAWAY end normally.
+#[tokio::test]
+async fn an_h2c_upstream_that_says_goaway_on_every_connection_at_once_costs_no_request() {
+    use std::sync::atomic::Ordering;
+    let up = RecyclingUpstream::start(2).await;
+    let config = ConfigDir::new(&wide_pools());
+    let url = format!("http://{}", up.addr);
+    let proxy = Proxy::start(config.path(), &args(&url, &["--upstream-protocol", "h2c"])).await;
+    let client = h2c();
+    // Six held requests, one after another: two on each of three connections.
+    let mut held = Vec::new();
+    for n in 1..=6 {
+        let (client, url) = (client.clone(), proxy.url("/hold"));
+        held.push(tokio::spawn(async move { send(&client, request(&url, Some("search"))).await }));
+        let deadline = Instant::now() + WAIT;
+        while proxy.in_flight("search").await != f64::from(n) {
+            assert!(Instant::now() < deadline, "held request {n} never arrived:\n{}", proxy.log());
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    assert_eq!(up.connections.load(Ordering::SeqCst), 3);
+    // One cancelled on each: every connection has a stream free when the GOAWAYs come,
+    // so each is taken (and found gone) before a new one is made.
+    for cancelled in [0, 2, 4] {
+        held[cancelled].abort();
+    }
+    let deadline = Instant::now() + WAIT;
+    while proxy.in_flight("search").await != 3.0 {
+        assert!(Instant::now() < deadline, "the cancelled requests kept their slots:\n{}", proxy.log());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    up.goaway.send_replace(true);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for i in 0..20 {
+        let res = send(&client, request(&proxy.url("/"), Some("search"))).await;
+        assert_eq!((i, res.status().as_u16(), header(&res, "x-bulkhead-reason").to_owned()), (i, 200, String::new()));
+        res.into_body().collect().await.expect("body");
+    }
+    assert_eq!(up.connections.load(Ordering::SeqCst), 4, "one new connection for all three that said GOAWAY");
+    up.release.send_replace(true);
+    for held in [held.remove(5), held.remove(3), held.remove(1)] {
+        let res = tokio::time::timeout(WAIT, held).await.expect("a held request ends").expect("joined");
+        assert_eq!(res.status(), 200, "a stream open at the GOAWAY is served to its end");
+        assert_eq!(res.into_body().collect().await.expect("body").to_bytes(), "ok");
+    }
 }
 
 /// A pool wide enough for a burst: `search` may hold 150 requests.
