@@ -56,6 +56,11 @@ fn operator_up() {
     }
 }
 
+/// The shared operator's log, for a failure message.
+fn operator_log() -> String {
+    OPERATOR.lock().unwrap_or_else(PoisonError::into_inner).as_ref().map(Operator::log_text).unwrap_or_default()
+}
+
 /// SIGKILL the shared operator (a crash) or SIGTERM it.
 fn operator_down(crash: bool) {
     if let Some(op) = OPERATOR.lock().unwrap_or_else(PoisonError::into_inner).take() {
@@ -370,7 +375,8 @@ async fn api_server_and_etcd_killed_mid_reconcile_and_restarted() {
         );
         assert!(
             since_ready <= AFTER_RESTART,
-            "{component}: change applied {since_ready:?} after it was ready, over {AFTER_RESTART:?}"
+            "{component}: change applied {since_ready:?} after it was ready, over {AFTER_RESTART:?}; operator log:\n{}",
+            operator_log()
         );
         assert_fewest_writes(component, &held_before, &groups(&client, &case).await, &case.writes(&since));
         assert_at_rest(&case, Duration::from_secs(3)).await;

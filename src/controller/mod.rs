@@ -7,6 +7,7 @@ mod apply;
 mod audits;
 mod backend_source;
 mod backoff;
+mod catch_up;
 mod error;
 mod events;
 mod finalizer;

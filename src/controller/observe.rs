@@ -61,6 +61,9 @@ pub struct SharedSnapshot {
     /// held about 10 s. A reconcile whose copy is older reads the Bulkhead
     /// afresh (`newer_spec`) instead of planning the old spec.
     generations: std::sync::Mutex<std::collections::HashMap<String, i64>>,
+    /// When a watch last failed, and a wake-up for `catch_up` when one does.
+    pub(super) last_watch_failure: std::sync::Mutex<Option<std::time::Instant>>,
+    pub(super) watch_failed: Notify,
 }
 
 impl SharedSnapshot {
@@ -70,6 +73,11 @@ impl SharedSnapshot {
         let mut known = self.generations.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let before = known.insert(name.clone(), generation);
         before.is_some_and(|b| generation > b)
+    }
+
+    /// Wake the reconciles (the snapshot's change stream).
+    pub(super) fn wake(&self) {
+        self.changed.notify_one();
     }
 
     /// Whether the metadata watch has seen a newer spec of `name` than `generation`.
@@ -88,6 +96,8 @@ impl SharedSnapshot {
             changed: Notify::new(),
             watch_failures: Family::default(),
             generations: std::sync::Mutex::default(),
+            last_watch_failure: std::sync::Mutex::default(),
+            watch_failed: Notify::new(),
         }
     }
 
@@ -102,6 +112,8 @@ impl SharedSnapshot {
             changed: Notify::new(),
             watch_failures: Family::default(),
             generations: std::sync::Mutex::default(),
+            last_watch_failure: std::sync::Mutex::default(),
+            watch_failed: Notify::new(),
         })
     }
 
@@ -161,6 +173,7 @@ pub(super) fn start(client: &Client) -> Arc<SharedSnapshot> {
     spawn_backends(client.clone(), all.clone(), shared.clone());
     spawn::<RuntimeClass>(Api::all(client.clone()), all, shared.clone());
     spawn_seniority(Api::all(client.clone()), shared.clone());
+    super::catch_up::spawn(Api::all(client.clone()), shared.clone());
     shared
 }
 
@@ -259,6 +272,9 @@ async fn wait_to_retry(
     shared: &SharedSnapshot,
 ) {
     shared.watch_failures.get_or_create(&KindLabels { kind: kind.to_owned() }).inc();
+    *shared.last_watch_failure.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+        Some(std::time::Instant::now());
+    shared.watch_failed.notify_one();
     let wait = retry.failed(failure, std::time::Instant::now());
     warn!(%kind, error = %crate::error_chain::Chain(error), retry_in = ?wait, "watch failed");
     tokio::time::sleep(wait).await;
