@@ -18,7 +18,9 @@ use std::{
 use http::Response;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
-use tokio::time::Instant;
+use tokio::{sync::Notify, time::Instant};
+
+use super::stall::Watched;
 
 /// Requests in flight on one connection, and when the last one ended.
 #[derive(Debug)]
@@ -28,6 +30,8 @@ pub(super) struct Activity {
     /// `start` to when that count last fell to zero (wraps after 49 days,
     /// which only delays a close).
     state: AtomicU64,
+    /// Raised when the connection must be closed at once (`close`).
+    closing: Notify,
 }
 
 const ONE: u64 = 1 << 32;
@@ -35,7 +39,7 @@ const MILLIS: u64 = ONE - 1;
 
 impl Activity {
     pub(super) fn new() -> Arc<Self> {
-        Arc::new(Activity { start: Instant::now(), state: AtomicU64::new(0) })
+        Arc::new(Activity { start: Instant::now(), state: AtomicU64::new(0), closing: Notify::new() })
     }
 
     /// Count a request until the guard is dropped (its response body ended).
@@ -54,6 +58,17 @@ impl Activity {
 
     fn millis(&self) -> u64 {
         u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX) & MILLIS
+    }
+
+    /// Ask the connection's task to close the connection now (an HTTP/1.1
+    /// response given up: nothing else can go on it).
+    pub(super) fn close(&self) {
+        self.closing.notify_one();
+    }
+
+    /// Resolves once `close` has been called.
+    pub(super) async fn closed(&self) {
+        self.closing.notified().await;
     }
 
     /// Resolves once the connection has carried no request for `idle`.
@@ -86,17 +101,21 @@ impl Drop for Active {
 }
 
 pin_project! {
-    /// A response future whose request stays counted until the body ends.
+    /// A response future whose request stays counted until the body ends;
+    /// its body is watched for a client that stops reading (`stall`).
     pub struct Counted<F> {
         #[pin]
         inner: F,
         active: Option<Active>,
+        idle: Duration,
+        http1: bool,
     }
 }
 
 impl<F> Counted<F> {
-    pub(super) fn new(inner: F, active: Active) -> Self {
-        Self { inner, active: Some(active) }
+    /// `idle`: the idle timeout; `http1`: the request came over HTTP/1.x.
+    pub(super) fn new(inner: F, active: Active, idle: Duration, http1: bool) -> Self {
+        Self { inner, active: Some(active), idle, http1 }
     }
 }
 
@@ -104,13 +123,15 @@ impl<F, B, E> Future for Counted<F>
 where
     F: Future<Output = Result<Response<B>, E>>,
 {
-    type Output = Result<Response<CountedBody<B>>, E>;
+    type Output = Result<Response<CountedBody<Watched<B>>>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let res = ready!(this.inner.poll(cx))?;
         let active = this.active.take();
-        Poll::Ready(Ok(res.map(|inner| CountedBody { inner, active })))
+        let close = active.as_ref().filter(|_| *this.http1).map(|a| Arc::clone(&a.0));
+        let idle = *this.idle;
+        Poll::Ready(Ok(res.map(|inner| CountedBody { inner: Watched::new(inner, idle, close), active })))
     }
 }
 

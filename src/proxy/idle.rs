@@ -26,7 +26,7 @@ pub(super) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// Why a body was cut.
 #[derive(Debug, thiserror::Error)]
 #[error("no data for {0:?} (idle timeout)")]
-pub(super) struct IdleTimeout(Duration);
+pub(super) struct IdleTimeout(pub(super) Duration);
 
 pin_project! {
     /// A body that fails with [`IdleTimeout`] when no frame comes for `idle`

@@ -20,6 +20,7 @@ mod idle;
 pub mod options;
 pub mod reload;
 mod server;
+mod stall;
 
 // The admission core lives in its own crate, free of Kubernetes; the proxy
 // re-exports its modules so that `proxy::admission::Pool` and the rest keep

@@ -28,6 +28,7 @@ use super::{
     normalize,
     options::Cidr,
     reject::{CLASS_HEADER, REASON_HEADER},
+    stall::Watched,
 };
 
 /// What one listener does with a request.
@@ -126,15 +127,18 @@ struct Conn {
     peer: HeaderValue,
     peer_ip: IpAddr,
     activity: Arc<Activity>,
+    /// `--idle-timeout`, for response bodies the client stops reading.
+    idle: Duration,
 }
 
 impl hyper::service::Service<Request<Incoming>> for Conn {
-    type Response = Response<CountedBody<PermitBody<ProxyBody>>>;
+    type Response = Response<CountedBody<Watched<PermitBody<ProxyBody>>>>;
     type Error = Infallible;
     type Future = Counted<ResponseFuture<ForwardFuture>>;
 
     fn call(&self, req: Request<Incoming>) -> Self::Future {
-        Counted::new(self.admit(req), self.activity.begin())
+        let http1 = req.version() < Version::HTTP_2;
+        Counted::new(self.admit(req), self.activity.begin(), self.idle, http1)
     }
 }
 
@@ -239,6 +243,7 @@ pub(super) async fn accept(
             peer: peer_value(peer),
             peer_ip: peer.ip(),
             activity: Arc::clone(&activity),
+            idle: limits.idle,
         };
         let (builder, mut stop, drain) = (Arc::clone(&builder), stop.clone(), drain.clone());
         let (first_byte, idle) = (limits.first_byte, limits.idle);
@@ -257,6 +262,8 @@ pub(super) async fn accept(
                     served.as_mut().graceful_shutdown();
                     served.await
                 }
+                // An HTTP/1.1 response given up on (`stall`): nothing else can use the connection.
+                () = activity.closed() => Ok(()),
                 () = idle_for(&activity, idle) => {
                     // HTTP/2: GOAWAY, then close; nothing is in flight to wait for.
                     served.as_mut().graceful_shutdown();

@@ -48,9 +48,14 @@ pub(super) async fn read_until_closed(tcp: &mut TcpStream, within: Duration) -> 
 }
 
 pub(super) async fn slots_free(proxy: &Proxy, class: &str) {
+    in_flight_is(proxy, class, 0).await;
+}
+
+/// Wait (bounded) until `class` has exactly `n` requests in flight.
+pub(super) async fn in_flight_is(proxy: &Proxy, class: &str, n: u32) {
     let deadline = Instant::now() + WAIT;
-    while proxy.in_flight(class).await != 0.0 {
-        assert!(Instant::now() < deadline, "{class} slots never given back:\n{}", proxy.log());
+    while proxy.in_flight(class).await != f64::from(n) {
+        assert!(Instant::now() < deadline, "{class} never had {n} in flight:\n{}", proxy.log());
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -99,6 +104,51 @@ async fn a_stalled_request_body_gets_408_and_frees_the_slot() {
         assert!(got.starts_with("HTTP/1.1 408"), "{got:?}");
     }
     slots_free(&proxy, "checkout").await;
+}
+
+/// A client that sends its request and never reads the answer: hyper stops
+/// asking the response body for frames once the sockets are full, so no
+/// timer inside the body runs. The watchdog gives the slot back, and closes
+/// the connection (nothing else can go on it).
+#[tokio::test]
+async fn a_client_that_never_reads_its_response_loses_the_slot_and_the_connection() {
+    let up = Upstream::start().await;
+    let config = ConfigDir::new(&pools(5));
+    let url = up.url();
+    let proxy = Proxy::start(config.path(), &args(&url, &["--idle-timeout", "500ms"])).await;
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.set_recv_buffer_size(4096).expect("receive buffer");
+    let mut tcp = socket.connect(proxy.listen).await.expect("connect");
+    tcp.write_all(b"GET /flood HTTP/1.1\r\nhost: shop\r\nx-class: checkout\r\n\r\n").await.expect("write");
+    in_flight_is(&proxy, "checkout", 1).await;
+    let started = Instant::now();
+    slots_free(&proxy, "checkout").await;
+    assert!(started.elapsed() < Duration::from_secs(5), "the slot was held {:?}", started.elapsed());
+    let (got, closed) = read_until_closed(&mut tcp, Duration::from_secs(5)).await;
+    assert!(got.starts_with("HTTP/1.1 200"), "{:?}", &got[..got.len().min(100)]);
+    assert!(closed, "the connection stays open after its response was given up");
+}
+
+/// An HTTP/2 client that gives one stream no window (it never reads that
+/// body) loses that stream's slot; the stream ends in an error, not cut short
+/// as if complete, and the connection's other streams go on.
+#[tokio::test]
+async fn an_h2_stream_given_no_window_loses_its_slot_and_the_connection_goes_on() {
+    let up = Upstream::start().await;
+    let config = ConfigDir::new(&pools(5));
+    let url = up.url();
+    let proxy = Proxy::start(config.path(), &args(&url, &["--idle-timeout", "500ms"])).await;
+    let client = h2c();
+    let flood = send(&client, request(&proxy.url("/flood"), Some("checkout"))).await;
+    assert_eq!(flood.status(), 200);
+    let started = Instant::now();
+    slots_free(&proxy, "checkout").await;
+    assert!(started.elapsed() < Duration::from_secs(5), "the slot was held {:?}", started.elapsed());
+    let res = send(&client, request(&proxy.url("/"), Some("checkout"))).await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.into_body().collect().await.expect("body").to_bytes(), "ok");
+    let rest = tokio::time::timeout(WAIT, flood.into_body().collect()).await.expect("the stream ends");
+    assert!(rest.is_err(), "a response given up must not look complete");
 }
 
 #[tokio::test]

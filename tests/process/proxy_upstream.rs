@@ -20,7 +20,7 @@ use tokio::{
 
 use crate::{
     proxy_abuse::h2_get,
-    proxy_hostile::{args, exchange, frame, slots_free},
+    proxy_hostile::{args, exchange, frame, in_flight_is, slots_free},
 };
 
 #[tokio::test]
@@ -145,11 +145,7 @@ async fn an_h2c_upstream_that_says_goaway_costs_no_request() {
         let (client, url) = (client.clone(), proxy.url("/hold"));
         async move { send(&client, request(&url, Some("checkout"))).await }
     });
-    let deadline = Instant::now() + WAIT;
-    while proxy.in_flight("checkout").await != 1.0 {
-        assert!(Instant::now() < deadline, "the held request never arrived:\n{}", proxy.log());
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    in_flight_is(&proxy, "checkout", 1).await;
     up.goaway.send_replace(true);
     // Every request after the GOAWAY is answered, on a new connection.
     for i in 0..20 {
@@ -179,11 +175,7 @@ async fn an_h2c_upstream_that_says_goaway_on_every_connection_at_once_costs_no_r
     for n in 1..=6 {
         let (client, url) = (client.clone(), proxy.url("/hold"));
         held.push(tokio::spawn(async move { send(&client, request(&url, Some("search"))).await }));
-        let deadline = Instant::now() + WAIT;
-        while proxy.in_flight("search").await != f64::from(n) {
-            assert!(Instant::now() < deadline, "held request {n} never arrived:\n{}", proxy.log());
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        in_flight_is(&proxy, "search", n).await;
     }
     assert_eq!(up.connections.load(Ordering::SeqCst), 3);
     // One cancelled on each: every connection has a stream free when the GOAWAYs come,
@@ -191,11 +183,7 @@ async fn an_h2c_upstream_that_says_goaway_on_every_connection_at_once_costs_no_r
     for cancelled in [0, 2, 4] {
         held[cancelled].abort();
     }
-    let deadline = Instant::now() + WAIT;
-    while proxy.in_flight("search").await != 3.0 {
-        assert!(Instant::now() < deadline, "the cancelled requests kept their slots:\n{}", proxy.log());
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    in_flight_is(&proxy, "search", 3).await;
     up.goaway.send_replace(true);
     tokio::time::sleep(Duration::from_millis(200)).await;
     for i in 0..20 {

@@ -97,7 +97,7 @@ pub(crate) fn free_port() -> SocketAddr {
 type UpBody = BoxBody<Bytes, Infallible>;
 
 /// An upstream: `/hold` sends its head and a first chunk, then the rest only
-/// when the test calls `release`; `/slow` answers `ok` after 1.5 s; anything else answers `ok` at once, echoing
+/// when the test calls `release`; `/flood` streams as fast as it is read; `/slow` answers `ok` after 1.5 s; anything else answers `ok` at once, echoing
 /// the x-forwarded-for it saw.
 pub(crate) struct Upstream {
     pub addr: SocketAddr,
@@ -156,6 +156,12 @@ async fn answer(mut req: Request<Incoming>, release: watch::Receiver<u64>) -> Re
     if req.uri().path() == "/never" {
         // An upstream that takes the request and never answers (bounded by WAIT).
         tokio::time::sleep(WAIT).await;
+    }
+    if req.uri().path() == "/flood" {
+        // A response that goes on (up to 256 MiB) as fast as it is read: for clients that never read it.
+        let chunk = Bytes::from(vec![b'x'; 64 << 10]);
+        let frames = std::iter::repeat_n(chunk, 4096).map(|c| Ok(Frame::data(c)));
+        return Ok(Response::new(StreamBody::new(futures::stream::iter(frames)).boxed()));
     }
     if req.uri().path() == "/body" {
         // An application that reads the whole request body before answering.

@@ -1,0 +1,197 @@
+//! The response side of `--idle-timeout`: a client that stops reading.
+//!
+//! hyper asks a response body for its next frame only when it can send it:
+//! an HTTP/1.1 client that reads nothing (its socket full), or an HTTP/2
+//! client that gives a stream no window, is never asked again. A timer inside
+//! the body ([`super::idle::IdleBody`]) then never runs, and the request kept
+//! its slot and its upstream for as long as the client stayed connected.
+//!
+//! So once a response has more to send than its first frame, a watchdog task
+//! outside hyper's polling watches it: when hyper has taken no frame for the
+//! idle timeout, the watchdog drops the upstream body and the slot. hyper's
+//! next poll then gets an error (HTTP/2 resets the stream; the connection's
+//! other streams go on). An HTTP/1.1 connection carries nothing else, so it
+//! is closed at once.
+
+use std::{
+    pin::Pin,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, Mutex, PoisonError,
+    },
+    task::{ready, Context, Poll},
+    time::Duration,
+};
+
+use futures::task::AtomicWaker;
+use http_body::{Body, Frame, SizeHint};
+use tokio::{task::AbortHandle, time::Instant};
+
+use super::{
+    activity::Activity,
+    idle::{BoxError, IdleTimeout},
+};
+
+/// A response body watched once it streams; `B` is the body with its slot.
+#[allow(unreachable_pub)] // named by `Counted`'s output, a public trait item
+pub struct Watched<B> {
+    state: State<B>,
+    idle: Duration,
+    /// HTTP/1.1: the connection to close when the body is given up.
+    close: Option<Arc<Activity>>,
+}
+
+enum State<B> {
+    /// Not (yet) streaming: no watchdog, no lock.
+    Direct(B),
+    Watched {
+        shared: Arc<Shared<B>>,
+        watchdog: AbortHandle,
+    },
+    /// Only while changing state.
+    Moving,
+}
+
+struct Shared<B> {
+    /// None once the watchdog has given the body up.
+    body: Mutex<Option<B>>,
+    start: Instant,
+    /// Milliseconds from `start` to when hyper last took a frame.
+    taken: AtomicU64,
+    /// hyper's task, woken when the body is given up while it waits on the upstream.
+    waker: AtomicWaker,
+}
+
+impl<B> Shared<B> {
+    fn last_taken(&self) -> Instant {
+        self.start + Duration::from_millis(self.taken.load(Ordering::Relaxed))
+    }
+
+    fn took(&self) {
+        let ms = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.taken.store(ms, Ordering::Relaxed);
+    }
+}
+
+impl<B> Watched<B> {
+    /// `idle` zero: never watched. `close`: the connection of an HTTP/1.1 request.
+    pub(super) fn new(inner: B, idle: Duration, close: Option<Arc<Activity>>) -> Self {
+        Self { state: State::Direct(inner), idle, close }
+    }
+}
+
+impl<B> Watched<B>
+where
+    B: Body + Unpin + Send + 'static,
+{
+    /// The body has sent a frame and has more: watch it from outside from now on.
+    fn arm(&mut self) {
+        let State::Direct(body) = std::mem::replace(&mut self.state, State::Moving) else { return };
+        let shared = Arc::new(Shared {
+            body: Mutex::new(Some(body)),
+            start: Instant::now(),
+            taken: AtomicU64::new(0),
+            waker: AtomicWaker::new(),
+        });
+        let watchdog = tokio::spawn(watch(Arc::clone(&shared), self.idle, self.close.take())).abort_handle();
+        self.state = State::Watched { shared, watchdog };
+    }
+}
+
+/// Give the body up once hyper has taken nothing from it for `idle`.
+async fn watch<B>(shared: Arc<Shared<B>>, idle: Duration, close: Option<Arc<Activity>>) {
+    loop {
+        let due = shared.last_taken() + idle;
+        tokio::time::sleep_until(due).await;
+        if shared.last_taken() + idle <= Instant::now() {
+            break;
+        }
+    }
+    let given_up = shared.body.lock().unwrap_or_else(PoisonError::into_inner).take();
+    if given_up.is_none() {
+        return;
+    }
+    // Dropped outside the lock: this frees the slot and cancels the upstream request.
+    drop(given_up);
+    tracing::debug!(?idle, "the client took nothing of its response for the idle timeout: given up");
+    shared.waker.wake();
+    if let Some(connection) = close {
+        connection.close();
+    }
+}
+
+impl<B> Body for Watched<B>
+where
+    B: Body + Unpin + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    type Data = B::Data;
+    type Error = BoxError;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<B::Data>, BoxError>>> {
+        let this = self.get_mut();
+        match &mut this.state {
+            State::Direct(body) => {
+                let frame = ready!(Pin::new(&mut *body).poll_frame(cx));
+                if matches!(frame, Some(Ok(_))) && !this.idle.is_zero() && !body.is_end_stream() {
+                    this.arm();
+                }
+                Poll::Ready(frame.map(|f| f.map_err(Into::into)))
+            }
+            State::Watched { shared, watchdog } => {
+                let mut body = shared.body.lock().unwrap_or_else(PoisonError::into_inner);
+                let Some(inner) = body.as_mut() else {
+                    return Poll::Ready(Some(Err(IdleTimeout(this.idle).into())));
+                };
+                let frame = match Pin::new(inner).poll_frame(cx) {
+                    Poll::Ready(frame) => frame,
+                    Poll::Pending => {
+                        shared.waker.register(cx.waker());
+                        return Poll::Pending;
+                    }
+                };
+                if matches!(frame, Some(Ok(_))) {
+                    shared.took();
+                } else {
+                    // Ended: the slot is free now, and nothing is left to watch.
+                    *body = None;
+                    watchdog.abort();
+                }
+                Poll::Ready(frame.map(|f| f.map_err(Into::into)))
+            }
+            State::Moving => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.state {
+            State::Direct(body) => body.is_end_stream(),
+            // Given up: not ended, so that hyper asks for the error rather than end the stream cleanly.
+            State::Watched { shared, .. } => {
+                shared.body.lock().unwrap_or_else(PoisonError::into_inner).as_ref().is_some_and(Body::is_end_stream)
+            }
+            State::Moving => false,
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.state {
+            State::Direct(body) => body.size_hint(),
+            State::Watched { shared, .. } => shared
+                .body
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .as_ref()
+                .map_or_else(SizeHint::default, Body::size_hint),
+            State::Moving => SizeHint::with_exact(0),
+        }
+    }
+}
+
+impl<B> Drop for Watched<B> {
+    fn drop(&mut self) {
+        if let State::Watched { watchdog, .. } = &self.state {
+            watchdog.abort();
+        }
+    }
+}
