@@ -42,7 +42,9 @@ pub fn subscriber<W>(format: LogFormat, filter: EnvFilter, writer: W) -> Box<dyn
 where
     W: for<'a> MakeWriter<'a> + Send + Sync + 'static,
 {
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer);
+    // Colour codes only on a terminal: `kubectl logs` and log collectors read files.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer).with_ansi(ansi);
     match format {
         LogFormat::Text => Box::new(builder.finish()),
         LogFormat::Json => Box::new(builder.json().flatten_event(true).with_current_span(true).finish()),
