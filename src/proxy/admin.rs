@@ -3,12 +3,21 @@
 //! can be split: the kubelet probes the pod IP, while the metrics (every class,
 //! ceiling and in-flight count) need not be published there.
 
-use std::sync::{
-    atomic::{AtomicBool, Ordering},
-    Arc,
+use std::{
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
+    time::Duration,
 };
 
 use axum::{extract::State, http::StatusCode, routing::get, Router};
+use hyper::server::conn::http1;
+use hyper_util::{
+    rt::{TokioIo, TokioTimer},
+    service::TowerToHyperService,
+};
+use tokio::sync::Semaphore;
 
 use super::{admission::Pool, metrics::ProxyMetrics};
 
@@ -26,10 +35,27 @@ pub(super) struct Serves {
     pub metrics: bool,
 }
 
+/// Bounds of one admin listener. Probes and scrapes need few connections and
+/// little time; a client that opens many, or opens one and says nothing, must
+/// not take the process's memory or descriptors (issue 21).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct AdminLimits {
+    /// Connections open at once; past it new ones are closed at once.
+    pub connections: usize,
+    /// Each request head (and an idle keep-alive connection's next one) within this.
+    pub head: Duration,
+}
+
+/// How long one admin connection may last before it is asked to close (it
+/// finishes the request it is on), and how long after that it is cut.
+const LIFETIME: Duration = Duration::from_secs(30);
+const CUT_AFTER: Duration = Duration::from_secs(10);
+
 pub(super) async fn serve(
     listener: tokio::net::TcpListener,
     admin: Arc<Admin>,
     serves: Serves,
+    limits: AdminLimits,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let mut app = Router::new();
@@ -40,7 +66,38 @@ pub(super) async fn serve(
         app = app.route("/metrics", get(metrics));
     }
     let app = app.with_state(admin);
-    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+    let open = Arc::new(Semaphore::new(limits.connections));
+    tokio::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    tracing::warn!(error = %e, "admin accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => return Ok(()),
+        };
+        let Ok(slot) = Arc::clone(&open).try_acquire_owned() else {
+            tracing::debug!("admin connection limit reached: closed");
+            continue;
+        };
+        let service = TowerToHyperService::new(app.clone());
+        tokio::spawn(async move {
+            let conn = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(limits.head)
+                .serve_connection(TokioIo::new(stream), service);
+            tokio::pin!(conn);
+            if tokio::time::timeout(LIFETIME, conn.as_mut()).await.is_err() {
+                conn.as_mut().graceful_shutdown();
+                let _ = tokio::time::timeout(CUT_AFTER, conn).await;
+            }
+            drop(slot);
+        });
+    }
 }
 
 /// Ready while serving; the body names the config generation in force, so a

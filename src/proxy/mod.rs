@@ -11,6 +11,7 @@
 mod activity;
 mod admin;
 mod dial;
+mod fds;
 pub mod forward;
 mod h1_upstream;
 mod h2_pool;
@@ -30,7 +31,7 @@ pub use bulkhead_admission::{admission, classify, layer, metrics, normalize, rej
 use std::{
     net::SocketAddr,
     sync::{atomic::Ordering, Arc},
-    time::Instant,
+    time::{Duration, Instant},
 };
 
 use tokio::{net::TcpListener, sync::watch};
@@ -99,6 +100,9 @@ fn plan(args: &ProxyArgs) -> Result<Vec<Plan>, ProxyError> {
     Ok(plans)
 }
 
+/// A probe or a scrape sends its head at once: an admin connection waits at most this for it.
+const ADMIN_HEAD_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Run the proxy until SIGTERM (or SIGINT), then drain and return.
 pub async fn run(args: ProxyArgs) -> Result<(), ProxyError> {
     let plans = plan(&args)?;
@@ -124,8 +128,11 @@ pub async fn run(args: ProxyArgs) -> Result<(), ProxyError> {
         idle_timeout: args.idle_timeout,
         allow_upgrade: args.allow_upgrade.iter().map(|p| p.to_ascii_lowercase()).collect(),
     };
+    let max_connections = fds::connection_budget(args.max_connections, args.admin_connections);
+    let admin_limits =
+        admin::AdminLimits { connections: args.admin_connections, head: args.header_timeout.min(ADMIN_HEAD_TIMEOUT) };
     let accept = server::Accept {
-        connections: Arc::new(tokio::sync::Semaphore::new(args.max_connections)),
+        connections: Arc::new(tokio::sync::Semaphore::new(max_connections)),
         first_byte: args.header_timeout,
         idle: args.idle_timeout,
     };
@@ -172,11 +179,12 @@ pub async fn run(args: ProxyArgs) -> Result<(), ProxyError> {
         admin_tcp,
         Arc::clone(&admin),
         admin::Serves { health: true, metrics: !split },
+        admin_limits,
         stopped(admin_stop.clone()),
     ));
     let metrics_task = metrics_tcp.map(|tcp| {
         let serves = admin::Serves { health: false, metrics: true };
-        tokio::spawn(admin::serve(tcp, Arc::clone(&admin), serves, stopped(admin_stop.clone())))
+        tokio::spawn(admin::serve(tcp, Arc::clone(&admin), serves, admin_limits, stopped(admin_stop.clone())))
     });
     tracing::info!(admin = %args.admin, generation = pool.generation(), "proxy ready");
 

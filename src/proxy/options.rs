@@ -77,9 +77,16 @@ pub struct ProxyArgs {
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
     pub header_timeout: Duration,
     /// Client connections served at once over all listeners; past it new ones are closed at
-    /// once (the admin port has its own). 4096 idle h2c connections fit in the injected 128Mi.
-    #[arg(long, value_name = "N", default_value_t = 4096)]
+    /// once. Lowered at start to what the file-descriptor limit allows with room for the
+    /// upstream connections and the admin ports (a warning says so). 2048 connections that each
+    /// hold the largest partial request head (46 KiB of RSS) fit in the injected 128Mi.
+    #[arg(long, value_name = "N", default_value_t = 2048)]
     pub max_connections: usize,
+    /// Connections open at once on each admin listener (--admin, --metrics); past it new ones
+    /// are closed at once. Each must send its request head within --header-timeout (at most 5 s)
+    /// and lasts at most 30 s.
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub admin_connections: usize,
     /// Peers allowed to name a class by header (CIDR list); others are unclassified. Default:
     /// loopback only (a front proxy on the same host or in the same pod); 0.0.0.0/0,::/0 trusts every peer.
     #[arg(long, value_name = "CIDR[,CIDR..]", value_delimiter = ',')]

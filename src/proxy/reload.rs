@@ -50,15 +50,22 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<PoolConfig, LoadError> {
 pub const MAX_DOCUMENT: u64 = 1 << 20;
 
 /// Read a regular file of at most [`MAX_DOCUMENT`] bytes. A FIFO or device
-/// in the config directory would block a read for ever, or never end.
+/// in the config directory would block a read for ever, or never end. The
+/// file is opened without blocking and its type checked on the open file, so
+/// a FIFO swapped in after a check cannot block the open or the read.
 pub fn read_document(path: &Path) -> std::io::Result<Vec<u8>> {
-    use std::io::{Error, ErrorKind, Read};
-    let meta = std::fs::metadata(path)?;
+    use std::{
+        io::{Error, ErrorKind, Read},
+        os::unix::fs::OpenOptionsExt,
+    };
+    let nonblocking = i32::try_from(rustix::fs::OFlags::NONBLOCK.bits()).unwrap_or(0);
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(nonblocking).open(path)?;
+    let meta = file.metadata()?;
     if !meta.is_file() {
         return Err(Error::new(ErrorKind::InvalidInput, "not a regular file"));
     }
     let mut bytes = Vec::with_capacity(usize::try_from(meta.len().min(MAX_DOCUMENT)).unwrap_or(0));
-    std::fs::File::open(path)?.take(MAX_DOCUMENT + 1).read_to_end(&mut bytes)?;
+    file.take(MAX_DOCUMENT + 1).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > MAX_DOCUMENT {
         return Err(Error::new(ErrorKind::InvalidData, format!("larger than {MAX_DOCUMENT} bytes")));
     }

@@ -171,6 +171,12 @@ const CLIENT_STREAMS: u32 = 1024;
 /// 64 KiB, as Envoy's edge-proxy guide recommends.
 const CLIENT_STREAM_WINDOW: u32 = 64 << 10;
 
+/// The largest HTTP/1.1 request head: hyper's read buffer, which a client
+/// holding a partial head fills. hyper's default (408 KiB) let 290 such
+/// connections take a sidecar past its 128Mi; 32 KiB is nginx's default
+/// (4 × 8 KiB) and twice the HTTP/2 header list hyper allows.
+pub(super) const MAX_HEAD: usize = 32 << 10;
+
 /// `header_timeout` bounds each HTTP/1.1 request head and is the HTTP/2 ping
 /// interval and ping timeout (a dead peer's connection is closed).
 ///
@@ -184,7 +190,7 @@ const CLIENT_STREAM_WINDOW: u32 = 64 << 10;
 /// flight waits here.
 pub(super) fn http_builder(header_timeout: Duration) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder.http1().timer(TokioTimer::new()).header_read_timeout(header_timeout);
+    builder.http1().timer(TokioTimer::new()).header_read_timeout(header_timeout).max_buf_size(MAX_HEAD);
     builder
         .http2()
         .timer(TokioTimer::new())
@@ -248,11 +254,10 @@ pub(super) async fn accept(
         let (builder, mut stop, drain) = (Arc::clone(&builder), stop.clone(), drain.clone());
         let (first_byte, idle) = (limits.first_byte, limits.idle);
         tokio::spawn(async move {
-            // hyper-util's protocol detection reads with no timer: a silent connection is held here.
-            let mut byte = [0u8; 1];
-            match tokio::time::timeout(first_byte, stream.peek(&mut byte)).await {
-                Ok(Ok(1..)) => {}
-                _ => return,
+            // hyper-util's protocol detection reads with no timer: a silent connection, or
+            // one that sends part of the HTTP/2 preface, is held here for at most this.
+            if tokio::time::timeout(first_byte, detectable(&stream)).await.is_err() {
+                return;
             }
             let served = builder.serve_connection_with_upgrades(TokioIo::new(stream), conn);
             tokio::pin!(served);
@@ -275,6 +280,23 @@ pub(super) async fn accept(
             }
             drop((drain, slot));
         });
+    }
+}
+
+/// Resolves once hyper-util can tell the protocol without waiting: the bytes
+/// are not (or not only) a prefix of the HTTP/2 preface, or the connection
+/// closed. A peer that sends the preface in pieces is rare; it is peeked at
+/// again every 10 ms.
+async fn detectable(stream: &tokio::net::TcpStream) {
+    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    let mut seen = [0u8; PREFACE.len()];
+    loop {
+        match stream.peek(&mut seen).await {
+            Ok(n) if n > 0 && n < PREFACE.len() && PREFACE.starts_with(&seen[..n]) => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            _ => return,
+        }
     }
 }
 

@@ -157,8 +157,9 @@ async fn a_silent_connection_is_closed_by_the_header_timeout() {
     let config = ConfigDir::new(&pools(5));
     let url = up.url();
     let proxy = Proxy::start(config.path(), &args(&url, &["--header-timeout", "300ms"])).await;
-    // Nothing at all (the protocol-detection read), and half a request head.
-    for raw in [&b""[..], b"GET / HTTP/1.1\r\nhost: shop\r\n"] {
+    // Nothing at all, part of the HTTP/2 preface (both in the protocol-detection read),
+    // and half a request head.
+    for raw in [&b""[..], b"PRI * HTTP/2.0\r\n", b"GET / HTTP/1.1\r\nhost: shop\r\n"] {
         let (_, closed) = exchange(proxy.listen, raw, Duration::from_secs(3)).await;
         assert!(closed, "connection sending {raw:?} still open after 3 s");
     }
@@ -201,6 +202,59 @@ async fn past_max_connections_new_ones_are_closed_and_the_admin_port_answers() {
         assert!(Instant::now() < deadline, "never admitted again");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// The admin listener bounds its own connections: past `--admin-connections`
+/// a new one is closed at once, and a connection that sends no head is closed
+/// after `--header-timeout`, so the probes answer again.
+#[tokio::test]
+async fn the_admin_port_caps_its_connections_and_closes_silent_ones() {
+    let up = Upstream::start().await;
+    let config = ConfigDir::new(&pools(5));
+    let url = up.url();
+    let extra = ["--admin-connections", "4", "--header-timeout", "500ms"];
+    let proxy = Proxy::start(config.path(), &args(&url, &extra)).await;
+    // The readiness checks' connections are closed by the header timeout first.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let mut silent = Vec::new();
+    for _ in 0..4 {
+        silent.push(TcpStream::connect(proxy.admin).await.expect("connect"));
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (got, closed) =
+        exchange(proxy.admin, b"GET /healthz HTTP/1.1\r\nhost: a\r\n\r\n", Duration::from_millis(400)).await;
+    assert!(got.is_empty() && closed, "past the cap: {got:?}, closed {closed}");
+    for tcp in &mut silent {
+        let (got, closed) = read_until_closed(tcp, Duration::from_secs(3)).await;
+        assert!(closed, "a silent admin connection stays open ({got:?})");
+    }
+    let (status, body) = get(&format!("http://{}/healthz", proxy.admin)).await.expect("healthz");
+    assert_eq!((status, body.as_str()), (200, "ok"));
+}
+
+/// With few file descriptors, silent connections to the app port take up
+/// `--max-connections` (lowered to fit), not the descriptors: /healthz answers.
+#[tokio::test]
+async fn a_descriptor_limit_lowers_max_connections_so_health_keeps_answering() {
+    let up = Upstream::start().await;
+    let config = ConfigDir::new(&pools(5));
+    let url = up.url();
+    let proxy = Proxy::start_limited(config.path(), &args(&url, &[]), Some(256)).await;
+    let mut silent = Vec::new();
+    for _ in 0..300 {
+        silent.push(TcpStream::connect(proxy.listen).await.expect("connect"));
+    }
+    for attempt in 0..3 {
+        let health =
+            tokio::time::timeout(Duration::from_secs(1), get(&format!("http://{}/healthz", proxy.admin))).await;
+        assert!(matches!(health, Ok(Some((200, _)))), "healthz attempt {attempt}: {health:?}\n{}", proxy.log());
+    }
+    let log = proxy.log();
+    assert!(log.contains("--max-connections lowered") && log.contains("allowed=32"), "{log}");
+    assert!(!log.contains("accept failed"), "{log}");
+    drop(silent);
+    let res = send(&http1(), request(&proxy.url("/"), Some("checkout"))).await;
+    assert_eq!(res.status(), 200);
 }
 
 #[tokio::test]
@@ -498,9 +552,9 @@ async fn an_h2_connection_without_streams_is_closed_after_the_idle_timeout() {
     assert!(started.elapsed() >= Duration::from_millis(2400), "closed after {:?}", started.elapsed());
 }
 
-/// The default `--max-connections` (4096) was chosen so that that many idle
-/// h2c connections fit the injected 128Mi with room for requests: 16 KiB each
-/// (docs/reference/proxy.md). An allocator that backs its arenas with
+/// An idle h2c connection is the cheapest a client can hold open: 16 KiB
+/// (docs/reference/proxy.md; the default `--max-connections` is sized by the
+/// partial heads below). An allocator that backs its arenas with
 /// transparent huge pages doubled that (mimalloc before `no_thp`: 32.2 KiB).
 #[tokio::test]
 async fn an_idle_h2c_connection_costs_at_most_24_kib() {
@@ -524,4 +578,49 @@ async fn an_idle_h2c_connection_costs_at_most_24_kib() {
     let per = (proxy.rss_kib().saturating_sub(before)) as f64 / CONNECTIONS as f64;
     println!("RSS per idle h2c connection: {per:.1} KiB ({before} KiB before {CONNECTIONS} connections)");
     assert!(per <= 24.0, "an idle h2c connection costs {per:.1} KiB of RSS");
+}
+
+/// The default `--max-connections` (2048) is sized so that that many
+/// connections, each holding the largest request head a client can leave
+/// unfinished, fit the injected 128Mi: an HTTP/1.1 head past 32 KiB is
+/// refused (hyper's own 408 KiB buffer let 290 such connections pass 128Mi),
+/// and an HTTP/2 header block is bounded by the 16 KiB header list.
+#[tokio::test]
+async fn a_connection_holding_a_partial_head_costs_at_most_56_kib() {
+    const CONNECTIONS: usize = 300;
+    let up = Upstream::start().await;
+    let config = ConfigDir::new(&pools(5));
+    let url = up.url();
+    let proxy = Proxy::start(config.path(), &args(&url, &["--max-connections", "1000"])).await;
+    let h1 = |kib: usize| format!("GET / HTTP/1.1\r\nhost: shop\r\nx-pad: {}", "a".repeat(kib << 10)).into_bytes();
+    // HPACK: a literal field without indexing, new name, a 15 KiB value (7-bit prefix integer), no END_HEADERS.
+    let length = 15usize << 10;
+    let rest = length - 127;
+    let mut block = vec![0x00, 5];
+    block.extend_from_slice(b"x-pad");
+    block.extend_from_slice(&[
+        0x7f,
+        u8::try_from(rest & 0x7f).expect("7 bits") | 0x80,
+        u8::try_from(rest >> 7).expect("fits"),
+    ]);
+    block.extend(std::iter::repeat_n(b'a', length));
+    block.truncate(16_000);
+    let mut h2 = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    h2.extend(frame(4, 0, 0, &[]));
+    h2.extend(frame(1, 0, 1, &block));
+    // Just under the HTTP/1.1 limit (held until --header-timeout), far past it (refused), HTTP/2.
+    for (what, hello) in [("31 KiB HTTP/1.1", h1(31)), ("100 KiB HTTP/1.1", h1(100)), ("HTTP/2", h2)] {
+        let before = proxy.rss_kib();
+        let mut held = Vec::with_capacity(CONNECTIONS);
+        for _ in 0..CONNECTIONS {
+            let mut tcp = TcpStream::connect(proxy.listen).await.expect("connect");
+            // The proxy may refuse (and close) before the whole head is written.
+            let _ = tcp.write_all(&hello).await;
+            held.push(tcp);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let per = (proxy.rss_kib().saturating_sub(before)) as f64 / CONNECTIONS as f64;
+        println!("RSS per connection holding a partial {what} head: {per:.1} KiB");
+        assert!(per <= 56.0, "a connection holding a partial {what} head costs {per:.1} KiB of RSS");
+    }
 }

@@ -210,6 +210,11 @@ pub(crate) struct Proxy {
 impl Proxy {
     /// `bulkhead proxy --config-dir DIR --listen L --admin A` plus `extra`.
     pub(crate) async fn start(config_dir: &Path, extra: &[&str]) -> Self {
+        Self::start_limited(config_dir, extra, None).await
+    }
+
+    /// `start`, with at most `nofile` file descriptors (util-linux's prlimit).
+    pub(crate) async fn start_limited(config_dir: &Path, extra: &[&str], nofile: Option<u64>) -> Self {
         let (listen, admin) = (free_port(), free_port());
         let log = tempfile::NamedTempFile::new().expect("log file");
         let mut args = vec![
@@ -224,7 +229,15 @@ impl Proxy {
         args.extend(extra.iter().map(|s| s.to_string()));
         // BULKHEAD_PROXY_BIN runs the tests against another build (an older one, to see a test fail).
         let bin = std::env::var("BULKHEAD_PROXY_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_bulkhead").to_owned());
-        let child = Command::new(bin)
+        let mut command = match nofile {
+            Some(n) => {
+                let mut c = Command::new("prlimit");
+                c.arg(format!("--nofile={n}:{n}")).arg("--").arg(bin);
+                c
+            }
+            None => Command::new(bin),
+        };
+        let child = command
             .args(&args)
             .env("RUST_LOG", "info")
             .stdout(log.reopen().expect("log"))
