@@ -258,6 +258,13 @@ pub struct ClassSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = -1000000000, max = 1000000000))]
     pub priority: Option<i32>,
+    /// The longest one request of this class may take through the sidecar, in
+    /// milliseconds: its response head, its body and an upgraded tunnel. Past
+    /// it the client gets 504 (or the body or tunnel is cut) and the slot is
+    /// freed. Unset: only the proxy's --response-timeout and --idle-timeout apply.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 86400000))]
+    pub max_duration_ms: Option<u64>,
 }
 
 /// `scheme://[user[:password]@]host[:port][/path]`, the port from 1 to 65535

@@ -32,7 +32,12 @@ pub(super) fn pool_config(bulkhead: &Bulkhead, capacity: &CapacityPlan) -> PoolC
                 reserved: c.reserved_per_replica,
                 ceiling: c.ceiling_per_replica,
                 critical: c.critical,
-                max_duration_ms: None,
+                max_duration_ms: bulkhead
+                    .spec
+                    .classes
+                    .iter()
+                    .find(|spec| spec.name == c.name)
+                    .and_then(|spec| spec.max_duration_ms),
             })
             .collect(),
     }

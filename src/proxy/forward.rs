@@ -331,7 +331,7 @@ impl Future for ForwardFuture {
         *res.version_mut() = Version::HTTP_11;
         let upgraded = res.status() == StatusCode::SWITCHING_PROTOCOLS;
         match inbound.take() {
-            Some(inbound) if upgraded => splice(inbound, &mut res, drain.clone(), idle),
+            Some(inbound) if upgraded => splice(inbound, &mut res, drain.clone(), idle, end),
             // A 101 to a request that was not tunnelled would leave both sides speaking different protocols.
             None if upgraded => return Poll::Ready(Ok(answer(StatusCode::BAD_GATEWAY, "upstream-upgrade"))),
             _ if from_h2 => {}
@@ -356,12 +356,14 @@ fn timed_out(grpc: bool) -> Response<ProxyBody> {
 }
 
 /// Join the client's and the upstream's upgraded connections, holding the
-/// request's permit (sent through [`HoldPermit`]) until either side closes.
+/// request's permit (sent through [`HoldPermit`]) until either side closes,
+/// the tunnel idles out, or the class's maximum duration (`end`) passes.
 fn splice(
     inbound: hyper::upgrade::OnUpgrade,
     res: &mut Response<UpstreamBody>,
     drain: watch::Receiver<()>,
     idle: Duration,
+    end: Option<tokio::time::Instant>,
 ) {
     let outbound = hyper::upgrade::on(&mut *res);
     let (holder, rx) = HoldPermit::new();
@@ -369,7 +371,13 @@ fn splice(
     tokio::spawn(async move {
         let permit = rx.await.ok();
         if let (Ok(client), Ok(upstream)) = (inbound.await, outbound.await) {
-            let result = idle::splice(TokioIo::new(client), TokioIo::new(upstream), idle).await;
+            let spliced = idle::splice(TokioIo::new(client), TokioIo::new(upstream), idle);
+            let result = match end {
+                Some(end) => tokio::time::timeout_at(end, spliced).await.unwrap_or_else(|_| {
+                    Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "the class's maximum duration"))
+                }),
+                None => spliced.await,
+            };
             tracing::debug!(?result, "upgraded connection closed");
         }
         drop((permit, drain));

@@ -312,14 +312,17 @@ async fn only_listed_upgrades_are_tunnelled_never_h2c_and_tunnels_idle_out() {
     let up = Upstream::start().await;
     let config = ConfigDir::new(&pools(5));
     let url = up.url();
-    let proxy = Proxy::start(config.path(), &args(&url, &["--allow-upgrade", "echo", "--idle-timeout", "300ms"])).await;
-    // h2c (and anything unlisted) is not tunnelled: the upstream's 101 is refused.
+    let extra = ["--allow-upgrade", "echo", "--allow-upgrade", "h2c", "--idle-timeout", "300ms"];
+    let proxy = Proxy::start(config.path(), &args(&url, &extra)).await;
+    // h2c (even listed) and anything unlisted are forwarded without the Upgrade header:
+    // the upstream's 101 to them is refused with a 502.
     for protocol in ["h2c", "websocket"] {
         let raw = format!(
             "GET /upgrade HTTP/1.1\r\nhost: shop\r\nconnection: upgrade, http2-settings\r\nupgrade: {protocol}\r\nhttp2-settings: AAMAAABkAAQCAAAAAAIAAAAA\r\nx-class: checkout\r\n\r\n"
         );
         let (got, _) = exchange(proxy.listen, raw.as_bytes(), Duration::from_secs(2)).await;
-        assert!(!got.starts_with("HTTP/1.1 101"), "{protocol} tunnelled: {got:?}");
+        let refused = got.starts_with("HTTP/1.1 502") && got.contains("x-bulkhead-reason: upstream-upgrade");
+        assert!(refused, "{protocol} tunnelled or lost: {got:?}");
     }
     slots_free(&proxy, "checkout").await;
     // A listed upgrade that then goes quiet is closed, and its slot freed.
@@ -426,6 +429,17 @@ async fn a_class_with_a_maximum_duration_is_cut_past_it() {
     let res = hold(&http1(), &proxy, Some("checkout")).await;
     let rest = tokio::time::timeout(Duration::from_secs(3), res.into_body().collect()).await.expect("cut in time");
     assert!(rest.is_err(), "the body ran past the class's maximum duration");
+    slots_free(&proxy, "checkout").await;
+    // A tunnel of the class is cut at the maximum too (--idle-timeout is 60 s here).
+    let mut tcp = TcpStream::connect(proxy.listen).await.expect("connect");
+    tcp.write_all(
+        b"GET /upgrade HTTP/1.1\r\nhost: shop\r\nconnection: upgrade\r\nupgrade: websocket\r\nx-class: checkout\r\n\r\n",
+    )
+    .await
+    .expect("write");
+    let started = Instant::now();
+    let (got, closed) = read_until_closed(&mut tcp, Duration::from_secs(3)).await;
+    assert!(got.starts_with("HTTP/1.1 101") && closed, "{got:?} closed: {closed} after {:?}", started.elapsed());
     slots_free(&proxy, "checkout").await;
     // Other classes are not bound by it.
     let res = hold(&http1(), &proxy, Some("search")).await;

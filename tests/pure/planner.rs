@@ -453,6 +453,20 @@ fn the_pool_config_carries_per_replica_floors_ceilings_and_surplus() {
     let json: serde_json::Value = serde_json::from_str(&cm.data.expect("data")["pools.json"]).expect("json");
     assert_eq!(json["onCeiling"], "reject");
     assert_eq!(json["classes"][0]["ceiling"], 55);
+    assert!(json["classes"][0].get("maxDurationMs").is_none(), "no maximum unless the class sets one");
+}
+
+#[test]
+fn a_class_maximum_duration_reaches_the_sidecars_pool_config() {
+    let mut bh = fleet(&[30, 30, 30, 30], 80, 200);
+    bh.spec.classes[1].max_duration_ms = Some(2500);
+    let snap = snapshot_with(vec![namespace("shop", &[])], vec![workload("shop", "api", "api", 2)]);
+    let cm = plan(&bh, &snap).config_map.expect("configmap");
+    let json: serde_json::Value = serde_json::from_str(&cm.data.expect("data")["pools.json"]).expect("json");
+    let name = &bh.spec.classes[1].name;
+    let class = json["classes"].as_array().expect("classes").iter().find(|c| c["name"] == **name).expect("class");
+    assert_eq!(class["maxDurationMs"], 2500);
+    assert!(json["classes"][0].get("maxDurationMs").is_none(), "only the class that set it");
 }
 
 #[test]
