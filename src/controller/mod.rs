@@ -88,6 +88,7 @@ fn error_policy(obj: Arc<DeserializeGuard<Bulkhead>>, error: &Error, ctx: Arc<Co
 /// Run until SIGTERM or SIGINT.
 pub async fn run(client: Client, options: RunOptions) -> Result<(), Error> {
     let snapshot = observe::start(&client);
+    catch_up::spawn(Api::all(client.clone()), Arc::clone(&snapshot));
     let mut metrics = Metrics::default();
     metrics.register_watch_failures(snapshot.watch_failures.clone());
     let metrics = Arc::new(metrics);

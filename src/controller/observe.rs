@@ -61,7 +61,7 @@ pub struct SharedSnapshot {
     /// held about 10 s. A reconcile whose copy is older reads the Bulkhead
     /// afresh (`newer_spec`) instead of planning the old spec.
     generations: std::sync::Mutex<std::collections::HashMap<String, i64>>,
-    /// When a watch last failed, and a wake-up for `catch_up` when one does.
+    /// When a watch last failed, and a wake-up for the catch-up lists when one does.
     pub(super) last_watch_failure: std::sync::Mutex<Option<std::time::Instant>>,
     pub(super) watch_failed: Notify,
 }
@@ -173,7 +173,6 @@ pub(super) fn start(client: &Client) -> Arc<SharedSnapshot> {
     spawn_backends(client.clone(), all.clone(), shared.clone());
     spawn::<RuntimeClass>(Api::all(client.clone()), all, shared.clone());
     spawn_seniority(Api::all(client.clone()), shared.clone());
-    super::catch_up::spawn(Api::all(client.clone()), shared.clone());
     shared
 }
 

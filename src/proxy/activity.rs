@@ -30,8 +30,9 @@ pub(super) struct Activity {
     /// `start` to when that count last fell to zero (wraps after 49 days,
     /// which only delays a close).
     state: AtomicU64,
-    /// Raised when the connection must be closed at once (`close`).
-    closing: Notify,
+    /// Raised when the connection must be closed at once (an HTTP/1.1
+    /// response given up on: nothing else can go on it).
+    closing: Arc<Notify>,
 }
 
 const ONE: u64 = 1 << 32;
@@ -39,7 +40,7 @@ const MILLIS: u64 = ONE - 1;
 
 impl Activity {
     pub(super) fn new() -> Arc<Self> {
-        Arc::new(Activity { start: Instant::now(), state: AtomicU64::new(0), closing: Notify::new() })
+        Arc::new(Activity { start: Instant::now(), state: AtomicU64::new(0), closing: Arc::new(Notify::new()) })
     }
 
     /// Count a request until the guard is dropped (its response body ended).
@@ -60,13 +61,7 @@ impl Activity {
         u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX) & MILLIS
     }
 
-    /// Ask the connection's task to close the connection now (an HTTP/1.1
-    /// response given up: nothing else can go on it).
-    pub(super) fn close(&self) {
-        self.closing.notify_one();
-    }
-
-    /// Resolves once `close` has been called.
+    /// Resolves once the connection was asked to close (`closing` raised).
     pub(super) async fn closed(&self) {
         self.closing.notified().await;
     }
@@ -129,7 +124,7 @@ where
         let this = self.project();
         let res = ready!(this.inner.poll(cx))?;
         let active = this.active.take();
-        let close = active.as_ref().filter(|_| *this.http1).map(|a| Arc::clone(&a.0));
+        let close = active.as_ref().filter(|_| *this.http1).map(|a| Arc::clone(&a.0.closing));
         let idle = *this.idle;
         Poll::Ready(Ok(res.map(|inner| CountedBody { inner: Watched::new(inner, idle, close), active })))
     }

@@ -25,20 +25,17 @@ use std::{
 
 use futures::task::AtomicWaker;
 use http_body::{Body, Frame, SizeHint};
-use tokio::{task::AbortHandle, time::Instant};
+use tokio::{sync::Notify, task::AbortHandle, time::Instant};
 
-use super::{
-    activity::Activity,
-    idle::{BoxError, IdleTimeout},
-};
+use super::idle::{BoxError, IdleTimeout};
 
 /// A response body watched once it streams; `B` is the body with its slot.
 #[allow(unreachable_pub)] // named by `Counted`'s output, a public trait item
 pub struct Watched<B> {
     state: State<B>,
     idle: Duration,
-    /// HTTP/1.1: the connection to close when the body is given up.
-    close: Option<Arc<Activity>>,
+    /// HTTP/1.1: raised to close the connection when the body is given up.
+    close: Option<Arc<Notify>>,
 }
 
 enum State<B> {
@@ -75,7 +72,7 @@ impl<B> Shared<B> {
 
 impl<B> Watched<B> {
     /// `idle` zero: never watched. `close`: the connection of an HTTP/1.1 request.
-    pub(super) fn new(inner: B, idle: Duration, close: Option<Arc<Activity>>) -> Self {
+    pub(super) fn new(inner: B, idle: Duration, close: Option<Arc<Notify>>) -> Self {
         Self { state: State::Direct(inner), idle, close }
     }
 }
@@ -99,7 +96,7 @@ where
 }
 
 /// Give the body up once hyper has taken nothing from it for `idle`.
-async fn watch<B>(shared: Arc<Shared<B>>, idle: Duration, close: Option<Arc<Activity>>) {
+async fn watch<B>(shared: Arc<Shared<B>>, idle: Duration, close: Option<Arc<Notify>>) {
     loop {
         let due = shared.last_taken() + idle;
         tokio::time::sleep_until(due).await;
@@ -116,7 +113,7 @@ async fn watch<B>(shared: Arc<Shared<B>>, idle: Duration, close: Option<Arc<Acti
     tracing::debug!(?idle, "the client took nothing of its response for the idle timeout: given up");
     shared.waker.wake();
     if let Some(connection) = close {
-        connection.close();
+        connection.notify_one();
     }
 }
 
