@@ -151,6 +151,97 @@ async fn an_h2_stream_given_no_window_loses_its_slot_and_the_connection_goes_on(
     assert!(rest.is_err(), "a response given up must not look complete");
 }
 
+/// A response body the upstream stops sending is cut after the idle timeout
+/// (not taken as complete), and its slot freed.
+#[tokio::test]
+async fn a_response_body_the_upstream_stops_is_cut_after_the_idle_timeout() {
+    let up = Upstream::start().await;
+    let config = ConfigDir::new(&pools(5));
+    let url = up.url();
+    let proxy = Proxy::start(config.path(), &args(&url, &["--idle-timeout", "300ms"])).await;
+    for client in [http1(), h2c()] {
+        let res = hold(&client, &proxy, Some("checkout")).await;
+        let rest = tokio::time::timeout(Duration::from_secs(3), res.into_body().collect()).await.expect("cut in time");
+        assert!(rest.is_err(), "a stalled response body was taken as complete");
+        slots_free(&proxy, "checkout").await;
+    }
+}
+
+/// An HTTP/2 request whose stream never ends (no END_STREAM, no body) gets
+/// 408 after the idle timeout, as a stalled HTTP/1.1 body does.
+#[tokio::test]
+async fn an_h2_stream_that_never_ends_gets_408_and_frees_the_slot() {
+    let up = Upstream::start().await;
+    let config = ConfigDir::new(&pools(5));
+    let url = up.url();
+    let proxy = Proxy::start(config.path(), &args(&url, &["--idle-timeout", "300ms"])).await;
+    let tcp = TcpStream::connect(proxy.listen).await.expect("connect");
+    let (send, conn) = h2::client::Builder::new().handshake::<_, bytes::Bytes>(tcp).await.expect("handshake");
+    tokio::spawn(conn);
+    let mut send = send.ready().await.expect("ready");
+    let req =
+        Request::post(format!("http://{}/body", proxy.listen)).header("x-class", "checkout").body(()).expect("req");
+    // The request body is left open: its stream stays held until it is dropped.
+    let (res, _body) = send.send_request(req, false).expect("send");
+    let res = tokio::time::timeout(Duration::from_secs(3), res).await.expect("in time").expect("a response");
+    assert_eq!(res.status(), 408);
+    slots_free(&proxy, "checkout").await;
+}
+
+/// On HTTP/2 the target is `:authority`: a conflicting `host` field does not
+/// reach the upstream as the request's host.
+#[tokio::test]
+async fn on_h2_the_authority_wins_over_a_conflicting_host() {
+    let up = Upstream::start().await;
+    let config = ConfigDir::new(&pools(5));
+    let url = up.url();
+    let proxy = Proxy::start(config.path(), &args(&url, &[])).await;
+    let tcp = TcpStream::connect(proxy.listen).await.expect("connect");
+    let (send, conn) = h2::client::Builder::new().handshake::<_, bytes::Bytes>(tcp).await.expect("handshake");
+    tokio::spawn(conn);
+    let mut send = send.ready().await.expect("ready");
+    let req = Request::get("http://shop.example/headers")
+        .header("host", "evil.example")
+        .header("x-class", "search")
+        .body(())
+        .expect("req");
+    let (res, _) = send.send_request(req, true).expect("send");
+    let res = tokio::time::timeout(WAIT, res).await.expect("in time").expect("a response");
+    let status = res.status();
+    let mut body = res.into_body();
+    let mut seen = Vec::new();
+    while let Some(chunk) = tokio::time::timeout(WAIT, body.data()).await.expect("in time") {
+        seen.extend_from_slice(&chunk.expect("data"));
+    }
+    let seen = String::from_utf8_lossy(&seen).into_owned();
+    assert_eq!(status, 200, "{seen}");
+    let hosts: Vec<_> = seen.lines().filter(|l| l.starts_with("host:")).collect();
+    assert_eq!(hosts, ["host: shop.example"], "{seen}");
+}
+
+/// Without --class-header-from only loopback peers may name a class: the same
+/// request from this machine's own non-loopback address is unclassified.
+#[tokio::test]
+async fn by_default_only_loopback_peers_may_name_a_class() {
+    let up = Upstream::start().await;
+    let config = ConfigDir::new(&pools(5));
+    let url = up.url();
+    // This machine's address on its default route (connecting a UDP socket sends nothing).
+    let probe = std::net::UdpSocket::bind("0.0.0.0:0").expect("udp");
+    probe.connect("192.0.2.1:9").expect("a default route: this test needs a non-loopback address");
+    let own = probe.local_addr().expect("local address").ip();
+    assert!(!own.is_loopback(), "{own} is loopback");
+    let wide = free_port();
+    let wide = format!("0.0.0.0:{}", wide.port());
+    let _proxy = Proxy::start(config.path(), &args(&url, &["--listen", &wide])).await;
+    let port = wide.rsplit(':').next().expect("port");
+    let from_loopback = send(&http1(), request(&format!("http://127.0.0.1:{port}/"), Some("checkout"))).await;
+    assert_eq!(from_loopback.status(), 200);
+    let from_outside = send(&http1(), request(&format!("http://{own}:{port}/"), Some("checkout"))).await;
+    let outcome = (from_outside.status().as_u16(), header(&from_outside, "x-bulkhead-reason").to_owned());
+    assert_eq!(outcome, (503, "unclassified".to_owned()), "a peer at {own} named its class");
+}
+
 #[tokio::test]
 async fn a_silent_connection_is_closed_by_the_header_timeout() {
     let up = Upstream::start().await;
