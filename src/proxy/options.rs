@@ -39,8 +39,10 @@ pub struct ProxyArgs {
     /// CLASS=HOST:PORT[=http://UPSTREAM]; repeatable.
     #[arg(long = "route", value_name = "CLASS=HOST:PORT[=URL]")]
     pub routes: Vec<Route>,
-    /// Address for /healthz, /readyz and /metrics (never counted against any class).
-    #[arg(long, value_name = "HOST:PORT", default_value = "0.0.0.0:9901", value_parser = parse_addr)]
+    /// Address for /healthz, /readyz and /metrics (never counted against any class). Loopback by
+    /// default, so that nothing is published unless asked; the injected sidecar gives 0.0.0.0:9901
+    /// for the kubelet's probes and moves /metrics to loopback with --metrics.
+    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:9901", value_parser = parse_addr)]
     pub admin: SocketAddr,
     /// Serve /metrics here instead of on --admin (which then serves health only), so probes
     /// can reach the pod IP while the metrics stay private (say 127.0.0.1:9902).
