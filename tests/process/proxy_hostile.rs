@@ -667,7 +667,8 @@ async fn an_idle_h2c_connection_costs_at_most_24_kib() {
     let up = Upstream::start().await;
     let config = ConfigDir::new(&pools(5));
     let url = up.url();
-    let proxy = Proxy::start(config.path(), &args(&url, &["--max-connections", "1000"])).await;
+    // Enough descriptors that the proxy keeps --max-connections 1000, whatever limit the tests inherit.
+    let proxy = Proxy::start_limited(config.path(), &args(&url, &["--max-connections", "1000"]), Some(4096)).await;
     let before = proxy.rss_kib();
     let mut idle = Vec::with_capacity(CONNECTIONS);
     for _ in 0..CONNECTIONS {
@@ -696,7 +697,8 @@ async fn a_connection_holding_a_partial_head_costs_at_most_56_kib() {
     let up = Upstream::start().await;
     let config = ConfigDir::new(&pools(5));
     let url = up.url();
-    let proxy = Proxy::start(config.path(), &args(&url, &["--max-connections", "1000"])).await;
+    // Enough descriptors that the proxy keeps --max-connections 1000, whatever limit the tests inherit.
+    let proxy = Proxy::start_limited(config.path(), &args(&url, &["--max-connections", "1000"]), Some(4096)).await;
     let h1 = |kib: usize| format!("GET / HTTP/1.1\r\nhost: shop\r\nx-pad: {}", "a".repeat(kib << 10)).into_bytes();
     // HPACK: a literal field without indexing, new name, a 15 KiB value (7-bit prefix integer), no END_HEADERS.
     let length = 15usize << 10;
