@@ -271,10 +271,10 @@ async fn wait_to_retry(
     shared: &SharedSnapshot,
 ) {
     shared.watch_failures.get_or_create(&KindLabels { kind: kind.to_owned() }).inc();
-    *shared.last_watch_failure.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
-        Some(std::time::Instant::now());
+    let now = std::time::Instant::now();
+    *shared.last_watch_failure.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(now);
     shared.watch_failed.notify_one();
-    let wait = retry.failed(failure, std::time::Instant::now());
+    let wait = retry.failed(failure, now);
     warn!(%kind, error = %crate::error_chain::Chain(error), retry_in = ?wait, "watch failed");
     tokio::time::sleep(wait).await;
 }

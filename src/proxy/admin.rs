@@ -19,7 +19,7 @@ use hyper_util::{
 };
 use tokio::sync::Semaphore;
 
-use super::{admission::Pool, metrics::ProxyMetrics};
+use super::{admission::Pool, metrics::ProxyMetrics, server::accept_next};
 
 pub(super) struct Admin {
     pub pool: Arc<Pool>,
@@ -69,15 +69,8 @@ pub(super) async fn serve(
     let open = Arc::new(Semaphore::new(limits.connections));
     tokio::pin!(shutdown);
     loop {
-        let stream = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(e) => {
-                    tracing::warn!(error = %e, "admin accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
+        let (stream, _) = tokio::select! {
+            accepted = accept_next(&listener) => accepted,
             () = &mut shutdown => return Ok(()),
         };
         let Ok(slot) = Arc::clone(&open).try_acquire_owned() else {

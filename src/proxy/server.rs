@@ -175,7 +175,7 @@ const CLIENT_STREAM_WINDOW: u32 = 64 << 10;
 /// holding a partial head fills. hyper's default (408 KiB) let 290 such
 /// connections take a sidecar past its 128Mi; 32 KiB is nginx's default
 /// (4 × 8 KiB) and twice the HTTP/2 header list hyper allows.
-pub(super) const MAX_HEAD: usize = 32 << 10;
+const MAX_HEAD: usize = 32 << 10;
 
 /// `header_timeout` bounds each HTTP/1.1 request head and is the HTTP/2 ping
 /// interval and ping timeout (a dead peer's connection is closed).
@@ -225,15 +225,7 @@ pub(super) async fn accept(
 ) {
     loop {
         let (stream, peer) = tokio::select! {
-            accepted = tcp.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    // Out of file descriptors and the like: back off briefly, keep listening.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
+            accepted = accept_next(&tcp) => accepted,
             _ = stop.changed() => return,
         };
         // Past --max-connections a connection is closed at once: each costs memory until it ends.
@@ -280,6 +272,20 @@ pub(super) async fn accept(
             }
             drop((drain, slot));
         });
+    }
+}
+
+/// The next connection; a failed accept (out of file descriptors and the
+/// like) is logged and retried after a short pause, the listener kept.
+pub(super) async fn accept_next(tcp: &TcpListener) -> (tokio::net::TcpStream, SocketAddr) {
+    loop {
+        match tcp.accept().await {
+            Ok(accepted) => return accepted,
+            Err(e) => {
+                tracing::warn!(error = %e, listen = ?tcp.local_addr().ok(), "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
     }
 }
 

@@ -167,6 +167,15 @@ async fn a_response_body_the_upstream_stops_is_cut_after_the_idle_timeout() {
     }
 }
 
+/// An h2 crate client on a new connection, ready to send (the h2 crate lets a
+/// test leave a stream open, or send fields hyper's client would not).
+async fn h2_client(addr: SocketAddr) -> h2::client::SendRequest<bytes::Bytes> {
+    let tcp = TcpStream::connect(addr).await.expect("connect");
+    let (send, conn) = h2::client::Builder::new().handshake::<_, bytes::Bytes>(tcp).await.expect("handshake");
+    tokio::spawn(conn);
+    send.ready().await.expect("ready")
+}
+
 /// An HTTP/2 request whose stream never ends (no END_STREAM, no body) gets
 /// 408 after the idle timeout, as a stalled HTTP/1.1 body does.
 #[tokio::test]
@@ -175,10 +184,7 @@ async fn an_h2_stream_that_never_ends_gets_408_and_frees_the_slot() {
     let config = ConfigDir::new(&pools(5));
     let url = up.url();
     let proxy = Proxy::start(config.path(), &args(&url, &["--idle-timeout", "300ms"])).await;
-    let tcp = TcpStream::connect(proxy.listen).await.expect("connect");
-    let (send, conn) = h2::client::Builder::new().handshake::<_, bytes::Bytes>(tcp).await.expect("handshake");
-    tokio::spawn(conn);
-    let mut send = send.ready().await.expect("ready");
+    let mut send = h2_client(proxy.listen).await;
     let req =
         Request::post(format!("http://{}/body", proxy.listen)).header("x-class", "checkout").body(()).expect("req");
     // The request body is left open: its stream stays held until it is dropped.
@@ -196,10 +202,7 @@ async fn on_h2_the_authority_wins_over_a_conflicting_host() {
     let config = ConfigDir::new(&pools(5));
     let url = up.url();
     let proxy = Proxy::start(config.path(), &args(&url, &[])).await;
-    let tcp = TcpStream::connect(proxy.listen).await.expect("connect");
-    let (send, conn) = h2::client::Builder::new().handshake::<_, bytes::Bytes>(tcp).await.expect("handshake");
-    tokio::spawn(conn);
-    let mut send = send.ready().await.expect("ready");
+    let mut send = h2_client(proxy.listen).await;
     let req = Request::get("http://shop.example/headers")
         .header("host", "evil.example")
         .header("x-class", "search")
