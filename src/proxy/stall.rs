@@ -12,6 +12,12 @@
 //! next poll then gets an error (HTTP/2 resets the stream; the connection's
 //! other streams go on). An HTTP/1.1 connection carries nothing else, so it
 //! is closed at once.
+//!
+//! The watchdog counts frames, and the idle timeout is about bytes: hyper's
+//! reads from an HTTP/1.1 upstream grow to hundreds of KiB, and a client
+//! reading one such frame slowly but steadily would be cut while bytes still
+//! moved. So data frames reach hyper in slices of at most [`SLICE`] (no copy),
+//! and a cut means less than [`SLICE`] was taken in the whole idle timeout.
 
 use std::{
     pin::Pin,
@@ -23,16 +29,22 @@ use std::{
     time::Duration,
 };
 
+use bytes::Bytes;
 use futures::task::AtomicWaker;
 use http_body::{Body, Frame, SizeHint};
 use tokio::{sync::Notify, task::AbortHandle, time::Instant};
 
 use super::idle::{BoxError, IdleTimeout};
 
+/// The largest data frame handed to hyper: HTTP/2's default frame size.
+const SLICE: usize = 16 << 10;
+
 /// A response body watched once it streams; `B` is the body with its slot.
 #[allow(unreachable_pub)] // named by `Counted`'s output, a public trait item
 pub struct Watched<B> {
     state: State<B>,
+    /// What is left of a data frame larger than [`SLICE`].
+    rest: Bytes,
     idle: Duration,
     /// HTTP/1.1: raised to close the connection when the body is given up.
     close: Option<Arc<Notify>>,
@@ -73,7 +85,7 @@ impl<B> Shared<B> {
 impl<B> Watched<B> {
     /// `idle` zero: never watched. `close`: the connection of an HTTP/1.1 request.
     pub(super) fn new(inner: B, idle: Duration, close: Option<Arc<Notify>>) -> Self {
-        Self { state: State::Direct(inner), idle, close }
+        Self { state: State::Direct(inner), rest: Bytes::new(), idle, close }
     }
 }
 
@@ -119,21 +131,32 @@ async fn watch<B>(shared: Arc<Shared<B>>, idle: Duration, close: Option<Arc<Noti
 
 impl<B> Body for Watched<B>
 where
-    B: Body + Unpin + Send + 'static,
+    B: Body<Data = Bytes> + Unpin + Send + 'static,
     B::Error: Into<BoxError>,
 {
-    type Data = B::Data;
+    type Data = Bytes;
     type Error = BoxError;
 
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<B::Data>, BoxError>>> {
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
+        if !this.rest.is_empty() {
+            if let State::Watched { shared, .. } = &this.state {
+                if shared.body.lock().unwrap_or_else(PoisonError::into_inner).is_none() {
+                    return Poll::Ready(Some(Err(IdleTimeout(this.idle).into())));
+                }
+                shared.took();
+            }
+            return Poll::Ready(Some(Ok(Frame::data(next_slice(&mut this.rest)))));
+        }
         match &mut this.state {
             State::Direct(body) => {
                 let frame = ready!(Pin::new(&mut *body).poll_frame(cx));
-                if matches!(frame, Some(Ok(_))) && !this.idle.is_zero() && !body.is_end_stream() {
+                let frame = frame.map(|f| f.map(|f| slice(f, &mut this.rest)).map_err(Into::into));
+                let more = !this.rest.is_empty() || !body.is_end_stream();
+                if matches!(frame, Some(Ok(_))) && !this.idle.is_zero() && more {
                     this.arm();
                 }
-                Poll::Ready(frame.map(|f| f.map_err(Into::into)))
+                Poll::Ready(frame)
             }
             State::Watched { shared, watchdog } => {
                 let mut body = shared.body.lock().unwrap_or_else(PoisonError::into_inner);
@@ -154,13 +177,16 @@ where
                     *body = None;
                     watchdog.abort();
                 }
-                Poll::Ready(frame.map(|f| f.map_err(Into::into)))
+                Poll::Ready(frame.map(|f| f.map(|f| slice(f, &mut this.rest)).map_err(Into::into)))
             }
             State::Moving => Poll::Ready(None),
         }
     }
 
     fn is_end_stream(&self) -> bool {
+        if !self.rest.is_empty() {
+            return false;
+        }
         match &self.state {
             State::Direct(body) => body.is_end_stream(),
             // Given up: not ended, so that hyper asks for the error rather than end the stream cleanly.
@@ -172,7 +198,7 @@ where
     }
 
     fn size_hint(&self) -> SizeHint {
-        match &self.state {
+        let mut hint = match &self.state {
             State::Direct(body) => body.size_hint(),
             State::Watched { shared, .. } => shared
                 .body
@@ -181,7 +207,36 @@ where
                 .as_ref()
                 .map_or_else(SizeHint::default, Body::size_hint),
             State::Moving => SizeHint::with_exact(0),
+        };
+        let rest = self.rest.len() as u64;
+        if rest > 0 {
+            if let Some(upper) = hint.upper() {
+                hint.set_upper(upper.saturating_add(rest));
+            }
+            hint.set_lower(hint.lower().saturating_add(rest));
         }
+        hint
+    }
+}
+
+/// A data frame cut to its first [`SLICE`], the remainder left in `rest` (which is empty).
+fn slice(frame: Frame<Bytes>, rest: &mut Bytes) -> Frame<Bytes> {
+    match frame.into_data() {
+        Ok(mut data) => {
+            let first = next_slice(&mut data);
+            *rest = data;
+            Frame::data(first)
+        }
+        Err(other) => other,
+    }
+}
+
+/// The next [`SLICE`] of `rest` (no copy).
+fn next_slice(rest: &mut Bytes) -> Bytes {
+    if rest.len() > SLICE {
+        rest.split_to(SLICE)
+    } else {
+        std::mem::take(rest)
     }
 }
 
@@ -190,5 +245,26 @@ impl<B> Drop for Watched<B> {
         if let State::Watched { watchdog, .. } = &self.state {
             watchdog.abort();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::{BodyExt, Full};
+
+    #[tokio::test]
+    async fn a_large_frame_reaches_hyper_in_slices_and_keeps_its_length() {
+        let body = Full::new(Bytes::from(vec![7u8; 2 * SLICE + 100]));
+        let mut watched = Watched::new(body, Duration::from_secs(60), None);
+        assert_eq!(watched.size_hint().exact(), Some(2 * SLICE as u64 + 100));
+        let mut sizes = Vec::new();
+        while let Some(frame) = watched.frame().await {
+            let data = frame.expect("a frame").into_data().expect("data");
+            assert!(data.iter().all(|&b| b == 7));
+            sizes.push(data.len());
+            assert_eq!(watched.is_end_stream(), sizes.iter().sum::<usize>() == 2 * SLICE + 100);
+        }
+        assert_eq!(sizes, [SLICE, SLICE, 100]);
     }
 }

@@ -129,6 +129,37 @@ async fn a_client_that_never_reads_its_response_loses_the_slot_and_the_connectio
     assert!(closed, "the connection stays open after its response was given up");
 }
 
+/// The watchdog must not cut a client that reads slowly but steadily.
+/// hyper's reads from an HTTP/1.1 upstream grow to hundreds of KiB, and an
+/// HTTP/2 client's window lets such a frame out only as fast as the client
+/// reads: one frame could take longer than the idle timeout while bytes
+/// still moved. Here the client reads 8 KiB each 10 ms (about 800 KB/s)
+/// with h2's 64 KiB windows, against a 300 ms idle timeout.
+#[tokio::test]
+async fn a_slow_steady_reader_of_a_large_response_is_not_cut() {
+    let up = Upstream::start().await;
+    let config = ConfigDir::new(&pools(5));
+    let url = up.url();
+    let proxy = Proxy::start(config.path(), &args(&url, &["--idle-timeout", "300ms"])).await;
+    let mut send = h2_client(proxy.listen).await;
+    let req =
+        Request::get(format!("http://{}/large", proxy.listen)).header("x-class", "checkout").body(()).expect("req");
+    let (res, _) = send.send_request(req, true).expect("send");
+    let res = tokio::time::timeout(WAIT, res).await.expect("a head in time").expect("a response");
+    assert_eq!(res.status(), 200);
+    let mut body = res.into_body();
+    let mut got = 0;
+    let deadline = Instant::now() + WAIT;
+    while let Some(chunk) = tokio::time::timeout_at(deadline.into(), body.data()).await.expect("the body in time") {
+        let chunk = chunk.unwrap_or_else(|e| panic!("cut after {got} of {LARGE} bytes: {e}"));
+        got += chunk.len();
+        let _ = body.flow_control().release_capacity(chunk.len());
+        tokio::time::sleep(Duration::from_micros(chunk.len() as u64 * 10_000 / 8192)).await;
+    }
+    assert_eq!(got, LARGE);
+    slots_free(&proxy, "checkout").await;
+}
+
 /// An HTTP/2 client that gives one stream no window (it never reads that
 /// body) loses that stream's slot; the stream ends in an error, not cut short
 /// as if complete, and the connection's other streams go on.

@@ -96,9 +96,13 @@ pub(crate) fn free_port() -> SocketAddr {
 
 type UpBody = BoxBody<Bytes, Infallible>;
 
+/// Length of the upstream's `/large` response.
+pub(crate) const LARGE: usize = 2 << 20;
+
 /// An upstream: `/hold` sends its head and a first chunk, then the rest only
-/// when the test calls `release`; `/flood` streams as fast as it is read; `/slow` answers `ok` after 1.5 s; anything else answers `ok` at once, echoing
-/// the x-forwarded-for it saw.
+/// when the test calls `release`; `/flood` streams as fast as it is read;
+/// `/large` answers [`LARGE`] bytes; `/slow` answers `ok` after 1.5 s;
+/// anything else answers `ok` at once, echoing the x-forwarded-for it saw.
 pub(crate) struct Upstream {
     pub addr: SocketAddr,
     release: watch::Sender<u64>,
@@ -162,6 +166,10 @@ async fn answer(mut req: Request<Incoming>, release: watch::Receiver<u64>) -> Re
         let chunk = Bytes::from(vec![b'x'; 64 << 10]);
         let frames = std::iter::repeat_n(chunk, 4096).map(|c| Ok(Frame::data(c)));
         return Ok(Response::new(StreamBody::new(futures::stream::iter(frames)).boxed()));
+    }
+    if req.uri().path() == "/large" {
+        // 2 MiB with a length, written as fast as the proxy reads: hyper's upstream reads grow to hundreds of KiB.
+        return Ok(Response::new(Full::new(Bytes::from(vec![b'x'; LARGE])).boxed()));
     }
     if req.uri().path() == "/body" {
         // An application that reads the whole request body before answering.
