@@ -7,7 +7,7 @@
 
 use std::{
     pin::Pin,
-    sync::Arc,
+    sync::{atomic::Ordering, Arc},
     task::{ready, Context, Poll},
     time::Duration,
 };
@@ -21,6 +21,7 @@ use super::{
     h2_pool::{H2Pool, Picked, StreamSlot, CONNECTION_WINDOW, MAX_CONNECTIONS, STREAMS_PER_CONNECTION, STREAM_WINDOW},
     head::copy_head,
     idle::BoxError,
+    replay::Replayable,
 };
 
 /// Why a request could not be sent or answered.
@@ -188,8 +189,9 @@ impl H2Upstream {
     }
 
     /// Send `req` (its body streamed by a task of its own unless it is empty)
-    /// and wait for the response head. A bodiless request the upstream did
-    /// not process is sent again, up to `UNPROCESSED_RETRIES` times.
+    /// and wait for the response head. A request the upstream did not
+    /// process is sent again, up to `UNPROCESSED_RETRIES` times, if its body
+    /// is empty or was kept whole so far (`replay`).
     pub(super) async fn send<B>(self: Arc<Self>, req: Request<B>) -> Result<Response<H2Body>, H2Error>
     where
         B: Body<Data = Bytes> + Send + Unpin + 'static,
@@ -198,26 +200,64 @@ impl H2Upstream {
         let (parts, body) = req.into_parts();
         let head = Request::from_parts(parts, ());
         if !body.is_end_stream() {
-            let (response, stream, slot) = self.open(head, false).await?;
-            tokio::spawn(pipe(body, stream));
-            return response.await.map(|res| into_response(res, slot)).map_err(H2Error::Stream);
+            return self.send_with_body(head, body).await;
         }
         for _ in 0..UNPROCESSED_RETRIES {
             let (response, _, slot) = self.open(copy_head(&head), true).await?;
             match response.await {
                 Ok(res) => return Ok(into_response(res, slot)),
-                Err(e) if unprocessed(&e) => {
-                    tracing::debug!(error = %e, "the upstream did not process a stream; sending it again");
-                    if e.is_go_away() {
-                        // Not taken again while its other streams end.
-                        self.pool.forget(slot.connection());
-                    }
-                }
+                Err(e) if unprocessed(&e) => self.refused(&e, &slot),
                 Err(e) => return Err(H2Error::Stream(e)),
             }
         }
         let (response, _, slot) = self.open(head, true).await?;
         response.await.map(|res| into_response(res, slot)).map_err(H2Error::Stream)
+    }
+
+    /// `send` for a request with a body: the body is piped by a task of its
+    /// own, which gives it back when the stream ends first, so that a refused
+    /// stream can be sent again from its first byte.
+    async fn send_with_body<B>(self: Arc<Self>, head: Request<()>, body: B) -> Result<Response<H2Body>, H2Error>
+    where
+        B: Body<Data = Bytes> + Send + Unpin + 'static,
+        B::Error: Into<BoxError> + Send,
+    {
+        let mut body = Replayable::new(body);
+        let mut retries = 0;
+        loop {
+            let (response, stream, slot) = self.open(copy_head(&head), false).await?;
+            let answered = body.answered();
+            let piping = tokio::spawn(pipe(body, stream));
+            let e = match response.await {
+                Ok(res) => {
+                    // No sending again from here: what was kept is let go.
+                    answered.store(true, Ordering::Relaxed);
+                    return Ok(into_response(res, slot));
+                }
+                Err(e) => e,
+            };
+            if !unprocessed(&e) || retries == UNPROCESSED_RETRIES {
+                return Err(H2Error::Stream(e));
+            }
+            // The stream is reset, so the pipe ends at once (bounded all the same).
+            let rest = tokio::time::timeout(PIPE_END, piping).await.ok().and_then(Result::ok).flatten();
+            let Some(again) = rest.and_then(Replayable::rewind) else {
+                tracing::debug!(error = %e, "the upstream did not process a stream, and its body was not kept whole");
+                return Err(H2Error::Stream(e));
+            };
+            self.refused(&e, &slot);
+            body = again;
+            retries += 1;
+        }
+    }
+
+    /// The upstream did not process a stream: it is sent again.
+    fn refused(&self, e: &h2::Error, slot: &StreamSlot) {
+        tracing::debug!(error = %e, "the upstream did not process a stream; sending it again");
+        if e.is_go_away() {
+            // Not taken again while its other streams end.
+            self.pool.forget(slot.connection());
+        }
     }
 
     /// Open a stream for `head` on a connection that can take one.
@@ -243,6 +283,9 @@ impl H2Upstream {
 /// everything from keeping a request for ever.
 const UNPROCESSED_RETRIES: u32 = 2;
 
+/// How long a refused stream's pipe may take to give its body back.
+const PIPE_END: Duration = Duration::from_secs(1);
+
 /// Whether the upstream said it never processed the stream (RFC 9113 8.7):
 /// RST_STREAM REFUSED_STREAM, or a GOAWAY whose last stream id is below it
 /// (h2 fails exactly those streams with the remote GOAWAY). Any other error
@@ -256,24 +299,32 @@ fn into_response(res: Response<h2::RecvStream>, slot: StreamSlot) -> Response<H2
 }
 
 /// Copy a request body into its stream, within the peer's flow control; a
-/// body that fails (the client stalled) resets the stream.
-async fn pipe<B>(mut body: B, mut stream: h2::SendStream<Bytes>)
+/// body that fails (the client stalled) resets the stream. The body is given
+/// back (unless it failed), to be sent again if the stream was refused.
+async fn pipe<B>(mut body: Replayable<B>, mut stream: h2::SendStream<Bytes>) -> Option<Replayable<B>>
 where
     B: Body<Data = Bytes> + Unpin,
     B::Error: Into<BoxError> + Send,
 {
     loop {
-        let frame = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await;
+        let frame = std::future::poll_fn(|cx| {
+            if stream.poll_reset(cx).is_ready() {
+                return Poll::Ready(None);
+            }
+            Pin::new(&mut body).poll_frame(cx).map(Some)
+        })
+        .await;
         let frame = match frame {
-            None => {
+            None => return Some(body),
+            Some(None) => {
                 let _ = stream.send_data(Bytes::new(), true);
-                return;
+                return Some(body);
             }
-            Some(Err(_)) => {
+            Some(Some(Err(_))) => {
                 stream.send_reset(h2::Reason::CANCEL);
-                return;
+                return None;
             }
-            Some(Ok(frame)) => frame,
+            Some(Some(Ok(frame))) => frame,
         };
         let frame = match frame.into_data() {
             Ok(mut data) => {
@@ -281,11 +332,11 @@ where
                     stream.reserve_capacity(data.len());
                     let room = match std::future::poll_fn(|cx| stream.poll_capacity(cx)).await {
                         Some(Ok(n)) => n,
-                        _ => return,
+                        _ => return Some(body),
                     };
                     let chunk = data.split_to(room.min(data.len()));
                     if stream.send_data(chunk, false).is_err() {
-                        return;
+                        return Some(body);
                     }
                 }
                 continue;
@@ -294,7 +345,7 @@ where
         };
         if let Ok(trailers) = frame.into_trailers() {
             let _ = stream.send_trailers(trailers);
-            return;
+            return Some(body);
         }
     }
 }

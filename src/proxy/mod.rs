@@ -20,6 +20,7 @@ mod head;
 mod idle;
 pub mod options;
 pub mod reload;
+mod replay;
 mod server;
 mod stall;
 

@@ -556,6 +556,78 @@ async fn streams_an_h2c_upstream_did_not_process_are_sent_again() {
     }
 }
 
+/// An h2c upstream (the h2 crate) that reads `read_first` bytes of the
+/// first stream's body, then refuses it (REFUSED_STREAM); it answers every
+/// later stream with the length of the body it read. Counts streams.
+async fn refusing_h2_upstream(read_first: usize) -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::{atomic::Ordering, Arc};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind upstream");
+    let addr = listener.local_addr().expect("addr");
+    let streams = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = Arc::clone(&streams);
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let count = Arc::clone(&count);
+            tokio::spawn(async move {
+                let Ok(mut conn) = h2::server::Builder::new().handshake::<_, bytes::Bytes>(tcp).await else { return };
+                while let Some(Ok((req, mut respond))) = conn.accept().await {
+                    let first = count.fetch_add(1, Ordering::SeqCst) == 0;
+                    tokio::spawn(async move {
+                        let mut body = req.into_body();
+                        let mut read = 0;
+                        while !(first && read >= read_first) {
+                            let Some(Ok(data)) = body.data().await else { break };
+                            read += data.len();
+                            let _ = body.flow_control().release_capacity(data.len());
+                        }
+                        if first {
+                            respond.send_reset(h2::Reason::REFUSED_STREAM);
+                            return;
+                        }
+                        if let Ok(mut send) = respond.send_response(http::Response::new(()), false) {
+                            let _ = send.send_data(bytes::Bytes::from(read.to_string()), true);
+                        }
+                    });
+                }
+            });
+        }
+    });
+    (addr, streams)
+}
+
+/// A refused stream is sent again with its body, from its first byte, when
+/// the proxy kept that body whole (the first 64 KiB taken from the client):
+/// an upstream's graceful restart costs no upload. A larger body already
+/// partly sent cannot be: that refusal is a 502, never a truncated request.
+#[tokio::test]
+async fn a_refused_stream_is_sent_again_with_its_body_when_the_body_was_kept() {
+    let config = ConfigDir::new(&wide_pools());
+    let cases = [
+        // (body length, bytes the upstream reads before refusing, status, upstream streams)
+        (1_000, 0, "HTTP/1.1 200", 2),
+        (60_000, 30_000, "HTTP/1.1 200", 2),
+        (300_000, 200_000, "HTTP/1.1 502", 1),
+    ];
+    for (length, read_first, status, streams) in cases {
+        let (addr, seen) = refusing_h2_upstream(read_first).await;
+        let url = format!("http://{addr}");
+        let proxy = Proxy::start(config.path(), &args(&url, &["--upstream-protocol", "h2c"])).await;
+        let mut raw = format!(
+            "POST /body HTTP/1.1\r\nhost: shop\r\nx-class: search\r\ncontent-length: {length}\r\nconnection: close\r\n\r\n"
+        )
+        .into_bytes();
+        raw.extend(std::iter::repeat_n(b'x', length));
+        let (got, _) = exchange(proxy.listen, &raw, Duration::from_secs(5)).await;
+        assert!(got.starts_with(status), "{length} bytes: {got:?}\n{}", proxy.log());
+        if status.ends_with("200") {
+            // Chunked: one chunk with the length the upstream read.
+            assert!(got.ends_with(&format!("\r\n{length}\r\n0\r\n\r\n")), "{length} bytes: the upstream read {got:?}");
+        }
+        assert_eq!(seen.load(std::sync::atomic::Ordering::SeqCst), streams, "{length} bytes");
+        slots_free(&proxy, "search").await;
+    }
+}
+
 /// Answers every stream.
 const ANSWER_ALL: StreamPolicy =
     StreamPolicy { refuse_first: 0, refuse_with: 7, hang_up: false, answer_at_most: usize::MAX };
