@@ -340,12 +340,19 @@ async fn the_injected_proxy_enforces_the_pool_in_real_pods() {
     assert!(!sidecar.root_writable(), "a write below its root is refused");
     let cmdline = sidecar.cmdline();
     assert_eq!(cmdline.get(1).map(String::as_str), Some("proxy"), "it runs `bulkhead proxy`: {cmdline:?}");
+    // The runtime's descriptor limit lets the sidecar keep its default
+    // --max-connections (2048: two descriptors each, plus the admin budget);
+    // with fewer it lowers the cap, and says so on /metrics.
+    let exposition = metrics(pod_ip(&running[0])).expect("the sidecar's metrics");
+    let limit = sample(&exposition, "bulkhead_proxy_connections_limit");
+    assert_eq!(limit, Some(2048.0), "descriptors {:?}: the sidecar's connection cap was lowered", sidecar.nofile());
     println!(
-        "sidecar {} on {}: pid {}, uids {:?}, cmdline {:?}",
+        "sidecar {} on {}: pid {}, uids {:?}, descriptors (soft, hard) {:?}, connection cap {limit:?}, cmdline {:?}",
         sidecar.id,
         sidecar.node,
         sidecar.pid,
         sidecar.uids(),
+        sidecar.nofile(),
         cmdline
     );
 

@@ -10,6 +10,7 @@
 
 mod activity;
 mod admin;
+mod connections;
 mod dial;
 mod fds;
 pub mod forward;
@@ -111,7 +112,11 @@ pub async fn run(args: ProxyArgs) -> Result<(), ProxyError> {
     let path = reload::config_path(&args.config_dir);
     let pool = Pool::new(config, args.unclassified.clone())
         .map_err(|source| reload::LoadError::Invalid { path: path.clone(), source })?;
-    let metrics = Arc::new(ProxyMetrics::new(Arc::clone(&pool)));
+    let mut metrics = ProxyMetrics::new(Arc::clone(&pool));
+    let max_connections = fds::connection_budget(args.max_connections, args.admin_connections);
+    let connections = connections::Connections::new(max_connections, pool.config().bulkhead.to_string());
+    metrics.register_collector(Box::new(connections::ConnectionCollector(Arc::clone(&connections))));
+    let metrics = Arc::new(metrics);
     metrics.applied_now();
     for plan in &plans {
         if let Classifier::Fixed(class) = &plan.classifier {
@@ -129,14 +134,9 @@ pub async fn run(args: ProxyArgs) -> Result<(), ProxyError> {
         idle_timeout: args.idle_timeout,
         allow_upgrade: args.allow_upgrade.iter().map(|p| p.to_ascii_lowercase()).collect(),
     };
-    let max_connections = fds::connection_budget(args.max_connections, args.admin_connections);
     let admin_limits =
         admin::AdminLimits { connections: args.admin_connections, head: args.header_timeout.min(ADMIN_HEAD_TIMEOUT) };
-    let accept = server::Accept {
-        connections: Arc::new(tokio::sync::Semaphore::new(max_connections)),
-        first_byte: args.header_timeout,
-        idle: args.idle_timeout,
-    };
+    let accept = server::Accept { connections, first_byte: args.header_timeout, idle: args.idle_timeout };
     // Without --class-header-from only loopback peers may name a class by header.
     let trusted = args.class_header_from.clone().unwrap_or_else(options::Cidr::loopback);
     let class_header_from: Option<Arc<[options::Cidr]>> = Some(Arc::from(trusted));

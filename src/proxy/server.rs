@@ -15,14 +15,12 @@ use hyper_util::{
     rt::{TokioExecutor, TokioIo, TokioTimer},
     server::conn::auto,
 };
-use tokio::{
-    net::TcpListener,
-    sync::{watch, Semaphore},
-};
+use tokio::{net::TcpListener, sync::watch};
 
 use super::{
     activity::{Activity, Counted, CountedBody},
     classify::{Classifier, Rule},
+    connections::Connections,
     forward::{Forward, ForwardFuture, ProxyBody},
     layer::{Gate, PermitBody, ResponseFuture},
     normalize,
@@ -207,7 +205,7 @@ pub(super) fn http_builder(header_timeout: Duration) -> auto::Builder<TokioExecu
 /// long it may carry no request (`--idle-timeout`; zero: no limit).
 #[derive(Clone)]
 pub(super) struct Accept {
-    pub connections: Arc<Semaphore>,
+    pub connections: Arc<Connections>,
     pub first_byte: Duration,
     pub idle: Duration,
 }
@@ -229,7 +227,7 @@ pub(super) async fn accept(
             _ = stop.changed() => return,
         };
         // Past --max-connections a connection is closed at once: each costs memory until it ends.
-        let Ok(slot) = Arc::clone(&limits.connections).try_acquire_owned() else {
+        let Some(slot) = limits.connections.admit() else {
             tracing::debug!(%peer, "connection limit reached: closed");
             drop(stream);
             continue;

@@ -311,6 +311,13 @@ async fn past_max_connections_new_ones_are_closed_and_the_admin_port_answers() {
     assert!(closed && got.is_empty(), "the 4th connection was served: {got:?}");
     let (status, _) = get(&format!("http://{}/healthz", proxy.admin)).await.expect("admin answers");
     assert_eq!(status, 200);
+    // What a platform team alerts on: at the cap, and connections turned away.
+    let figures = [
+        proxy.metric("bulkhead_proxy_connections").await,
+        proxy.metric("bulkhead_proxy_connections_limit").await,
+        proxy.metric("bulkhead_proxy_connections_refused_total").await,
+    ];
+    assert_eq!(figures, [3.0, 3.0, 1.0], "open, limit, refused");
     // One goes away: its place is free again.
     kept.pop();
     let deadline = Instant::now() + WAIT;
@@ -376,6 +383,7 @@ async fn a_descriptor_limit_lowers_max_connections_so_health_keeps_answering() {
     }
     let log = proxy.log();
     assert!(log.contains("--max-connections lowered") && log.contains("allowed=32"), "{log}");
+    assert_eq!(proxy.metric("bulkhead_proxy_connections_limit").await, 32.0);
     assert!(!log.contains("accept failed"), "{log}");
     drop(silent);
     let res = send(&http1(), request(&proxy.url("/"), Some("checkout"))).await;

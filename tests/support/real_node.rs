@@ -151,6 +151,14 @@ impl RuntimeContainer {
         root.split_whitespace().nth(5).expect("mount options").split(',').map(str::to_string).collect()
     }
 
+    /// Its descriptor limit (soft, hard) as it runs (/proc/PID/limits).
+    pub(crate) fn nofile(&self) -> (String, String) {
+        let limits = std::fs::read_to_string(format!("/proc/{}/limits", self.pid)).expect("/proc/PID/limits");
+        let line = limits.lines().find(|l| l.starts_with("Max open files")).expect("a Max open files line");
+        let mut f = line.trim_start_matches("Max open files").split_whitespace();
+        (f.next().expect("soft").to_owned(), f.next().expect("hard").to_owned())
+    }
+
     /// Its command line, as the kernel has it.
     pub(crate) fn cmdline(&self) -> Vec<String> {
         let raw = std::fs::read(format!("/proc/{}/cmdline", self.pid)).expect("/proc/PID/cmdline");

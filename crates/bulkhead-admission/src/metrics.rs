@@ -65,6 +65,11 @@ impl ProxyMetrics {
         Self { registry, reloads, last_good_reload }
     }
 
+    /// Adds series of the embedding program's own (the sidecar's connections).
+    pub fn register_collector(&mut self, collector: Box<dyn Collector>) {
+        self.registry.register_collector(collector);
+    }
+
     /// Counts one reload with that result.
     pub fn reload(&self, result: &'static str) {
         self.reloads.get_or_create(&ResultLabels { result }).inc();
