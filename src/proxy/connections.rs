@@ -51,29 +51,20 @@ impl Collector for ConnectionCollector {
         let labels = [("bulkhead", c.bulkhead.as_str())];
         let open = c.limit.saturating_sub(c.slots.available_permits());
         let gauge = |n: usize| ConstGauge::new(i64::try_from(n).unwrap_or(i64::MAX));
-        let mut m = encoder.encode_descriptor(
-            "connections",
-            "Client connections open on the app listeners",
-            None,
-            gauge(0).metric_type(),
-        )?;
-        gauge(open).encode(m.encode_family(&labels)?)?;
-        let mut m = encoder.encode_descriptor(
+        let mut series = |name: &str, help: &str, metric: &dyn EncodeMetric| {
+            metric.encode(encoder.encode_descriptor(name, help, None, metric.metric_type())?.encode_family(&labels)?)
+        };
+        series("connections", "Client connections open on the app listeners", &gauge(open))?;
+        series(
             "connections_limit",
             "Client connections allowed at once: --max-connections, lowered to what RLIMIT_NOFILE allows",
-            None,
-            gauge(0).metric_type(),
+            &gauge(c.limit),
         )?;
-        gauge(c.limit).encode(m.encode_family(&labels)?)?;
-        let refused = ConstCounter::new(c.refused.load(Ordering::Relaxed));
-        let mut m = encoder.encode_descriptor(
+        series(
             "connections_refused",
             "Client connections closed at once because the limit was reached",
-            None,
-            refused.metric_type(),
-        )?;
-        refused.encode(m.encode_family(&labels)?)?;
-        Ok(())
+            &ConstCounter::new(c.refused.load(Ordering::Relaxed)),
+        )
     }
 }
 

@@ -82,12 +82,12 @@ pub struct ProxyArgs {
     /// once. Lowered at start to what the file-descriptor limit allows with room for the
     /// upstream connections and the admin ports (a warning says so). 2048 connections that each
     /// hold the largest partial request head (46 KiB of RSS) fit in the injected 128Mi.
-    #[arg(long, value_name = "N", default_value_t = 2048)]
+    #[arg(long, value_name = "N", default_value_t = 2048, value_parser = connection_count())]
     pub max_connections: usize,
     /// Connections open at once on each admin listener (--admin, --metrics); past it new ones
     /// are closed at once. Each must send its request head within --header-timeout (at most 5 s)
     /// and lasts at most 30 s.
-    #[arg(long, value_name = "N", default_value_t = 64)]
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = connection_count())]
     pub admin_connections: usize,
     /// Peers allowed to name a class by header (CIDR list); others are unclassified. Default:
     /// loopback only (a front proxy on the same host or in the same pod); 0.0.0.0/0,::/0 trusts every peer.
@@ -142,6 +142,15 @@ fn parse_unclassified(s: &str) -> Result<Unclassified, String> {
     }
 }
 
+/// The most connections a cap may be: far past any descriptor limit
+/// (Linux's `fs.nr_open` is 2^20 by default), and within what a semaphore counts.
+pub const MAX_CONNECTION_CAP: u64 = 1 << 24;
+
+/// A connection cap: at least 1 (0 would refuse every connection), at most [`MAX_CONNECTION_CAP`].
+fn connection_count() -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::new().range(1..=MAX_CONNECTION_CAP)
+}
+
 /// `30s`, `500ms`, `2m`, or plain seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let bad = || format!("{s:?}: expected a duration such as 30s, 500ms or 2m");
@@ -183,5 +192,29 @@ mod tests {
         );
         assert!("10.0.0.0/33".parse::<Cidr>().is_err() && "x/8".parse::<Cidr>().is_err());
         assert!("::1".parse::<Cidr>().expect("host").contains("::1".parse().expect("ip")));
+    }
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        proxy: ProxyArgs,
+    }
+
+    fn parse(extra: &[&str]) -> Result<ProxyArgs, clap::Error> {
+        use clap::Parser;
+        let args = ["proxy", "--config-dir", "/etc/bulkhead"].iter().chain(extra);
+        Cli::try_parse_from(args).map(|cli| cli.proxy)
+    }
+
+    #[test]
+    fn connection_caps_are_refused_with_a_clear_error_outside_one_to_the_cap() {
+        assert_eq!(parse(&[]).map(|a| (a.max_connections, a.admin_connections)).ok(), Some((2048, 64)));
+        assert_eq!(parse(&["--max-connections", "16777216"]).map(|a| a.max_connections).ok(), Some(1 << 24));
+        for flag in ["--max-connections", "--admin-connections"] {
+            for bad in ["0", "16777217", "18446744073709551615"] {
+                let err = parse(&[flag, bad]).err().map(|e| e.to_string()).unwrap_or_default();
+                assert!(err.contains(flag) && err.contains("not in 1..=16777216"), "{flag} {bad}: {err:?}");
+            }
+        }
     }
 }
