@@ -21,7 +21,7 @@ use super::{
     h2_pool::{H2Pool, Picked, StreamSlot, CONNECTION_WINDOW, MAX_CONNECTIONS, STREAMS_PER_CONNECTION, STREAM_WINDOW},
     head::copy_head,
     idle::BoxError,
-    replay::Replayable,
+    replay::{ReplayBudget, Replayable, REPLAY_BUDGET},
 };
 
 /// Why a request could not be sent or answered.
@@ -57,6 +57,8 @@ pub(super) struct H2Upstream {
     pool: Arc<H2Pool>,
     /// Held while connecting, so concurrent requests share one new connection.
     connecting: tokio::sync::Mutex<Dialing>,
+    /// What request bodies kept to be sent again may hold at once.
+    replay: Arc<ReplayBudget>,
 }
 
 #[derive(Debug, Default)]
@@ -78,6 +80,7 @@ impl H2Upstream {
             connect_timeout,
             pool: Arc::default(),
             connecting: tokio::sync::Mutex::default(),
+            replay: ReplayBudget::new(REPLAY_BUDGET),
         })
     }
 
@@ -206,7 +209,10 @@ impl H2Upstream {
             let (response, _, slot) = self.open(copy_head(&head), true).await?;
             match response.await {
                 Ok(res) => return Ok(into_response(res, slot)),
-                Err(e) if unprocessed(&e) => self.refused(&e, &slot),
+                Err(e) if unprocessed(&e) => {
+                    tracing::debug!(error = %e, "the upstream did not process a stream; sending it again");
+                    self.refused(&e, &slot);
+                }
                 Err(e) => return Err(H2Error::Stream(e)),
             }
         }
@@ -222,7 +228,7 @@ impl H2Upstream {
         B: Body<Data = Bytes> + Send + Unpin + 'static,
         B::Error: Into<BoxError> + Send,
     {
-        let mut body = Replayable::new(body);
+        let mut body = Replayable::new(body, Arc::clone(&self.replay));
         let mut retries = 0;
         loop {
             let (response, stream, slot) = self.open(copy_head(&head), false).await?;
@@ -236,26 +242,33 @@ impl H2Upstream {
                 }
                 Err(e) => e,
             };
-            if !unprocessed(&e) || retries == UNPROCESSED_RETRIES {
+            if !unprocessed(&e) {
+                return Err(H2Error::Stream(e));
+            }
+            self.refused(&e, &slot);
+            if retries == UNPROCESSED_RETRIES {
                 return Err(H2Error::Stream(e));
             }
             // The stream is reset, so the pipe ends at once (bounded all the same).
             let rest = tokio::time::timeout(PIPE_END, piping).await.ok().and_then(Result::ok).flatten();
             let Some(again) = rest.and_then(Replayable::rewind) else {
-                tracing::debug!(error = %e, "the upstream did not process a stream, and its body was not kept whole");
+                tracing::debug!(
+                    error = %e,
+                    "the refused stream cannot be sent again: its body was not kept whole (past the limit or the \
+                     budget), failed, or did not come back in time"
+                );
                 return Err(H2Error::Stream(e));
             };
-            self.refused(&e, &slot);
+            tracing::debug!(error = %e, "the upstream did not process a stream; sending it again");
             body = again;
             retries += 1;
         }
     }
 
-    /// The upstream did not process a stream: it is sent again.
+    /// The upstream did not process a stream: a connection that said GOAWAY
+    /// is not taken again while its other streams end.
     fn refused(&self, e: &h2::Error, slot: &StreamSlot) {
-        tracing::debug!(error = %e, "the upstream did not process a stream; sending it again");
         if e.is_go_away() {
-            // Not taken again while its other streams end.
             self.pool.forget(slot.connection());
         }
     }

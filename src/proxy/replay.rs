@@ -5,13 +5,15 @@
 //! client. So the first [`REPLAY_LIMIT`] bytes taken are kept (copied: a slice
 //! of the client's read buffer would pin the whole buffer) until the upstream
 //! answers; a body larger than that cannot be sent again, and its refusal
-//! reaches the client as before (502).
+//! reaches the client as before (502). What all requests keep at once is
+//! bounded too ([`ReplayBudget`]): past it a request keeps nothing, so many
+//! bodied requests waiting on a slow upstream cannot grow the sidecar.
 
 use std::{
     collections::VecDeque,
     pin::Pin,
     sync::{
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicUsize, Ordering},
         Arc,
     },
     task::{Context, Poll},
@@ -24,13 +26,51 @@ use http_body::{Body, Frame, SizeHint};
 /// The most of a request body kept to send it again: one h2 stream window.
 pub(super) const REPLAY_LIMIT: usize = 64 << 10;
 
+/// The most kept by all requests to one upstream at once: 64 bodies at the
+/// limit, or thousands of small ones; 3 % of the injected 128Mi.
+pub(super) const REPLAY_BUDGET: usize = 4 << 20;
+
+/// Bytes kept by every [`Replayable`] of one upstream, within a cap.
+#[derive(Debug)]
+pub(super) struct ReplayBudget {
+    cap: usize,
+    used: AtomicUsize,
+}
+
+impl ReplayBudget {
+    pub(super) fn new(cap: usize) -> Arc<Self> {
+        Arc::new(Self { cap, used: AtomicUsize::new(0) })
+    }
+
+    /// Take `n` bytes of the budget; false (nothing taken) if they do not fit.
+    fn take(&self, n: usize) -> bool {
+        self.used
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
+                used.checked_add(n).filter(|total| *total <= self.cap)
+            })
+            .is_ok()
+    }
+
+    fn give_back(&self, n: usize) {
+        self.used.fetch_sub(n, Ordering::Relaxed);
+    }
+
+    #[cfg(test)]
+    fn used(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+}
+
 /// `B`, with what was taken of it kept until [`Replayable::rewind`].
 pub(super) struct Replayable<B> {
     body: B,
     /// Everything taken so far, while within the limit.
     kept: Vec<Kept>,
+    /// Data bytes kept (in `kept` and `again`), taken from `budget`.
     kept_len: usize,
-    /// Nothing is kept any more: more than the limit was taken, or the upstream answered.
+    budget: Arc<ReplayBudget>,
+    /// Nothing is kept any more: more than the limit was taken, the budget
+    /// was spent, or the upstream answered.
     dropped: bool,
     /// What `rewind` put back, sent before anything new.
     again: VecDeque<Kept>,
@@ -63,11 +103,12 @@ impl Kept {
 }
 
 impl<B> Replayable<B> {
-    pub(super) fn new(body: B) -> Self {
+    pub(super) fn new(body: B, budget: Arc<ReplayBudget>) -> Self {
         Self {
             body,
             kept: Vec::new(),
             kept_len: 0,
+            budget,
             dropped: false,
             again: VecDeque::new(),
             ended: false,
@@ -97,21 +138,33 @@ impl<B> Replayable<B> {
             return;
         }
         if self.answered.load(Ordering::Relaxed) {
-            self.dropped = true;
-            self.kept = Vec::new();
-            return;
+            return self.let_go();
         }
         if let Some(data) = frame.data_ref() {
-            self.kept_len += data.len();
-            if self.kept_len > REPLAY_LIMIT {
-                self.dropped = true;
-                self.kept = Vec::new();
-                return;
+            if self.kept_len + data.len() > REPLAY_LIMIT || !self.budget.take(data.len()) {
+                return self.let_go();
             }
+            self.kept_len += data.len();
             self.kept.push(Kept::Data(Bytes::copy_from_slice(data)));
         } else if let Some(trailers) = frame.trailers_ref() {
             self.kept.push(Kept::Trailers(trailers.clone()));
         }
+    }
+}
+
+impl<B> Replayable<B> {
+    /// Keep nothing from now on, and give back what was kept. (What `rewind`
+    /// put back is still sent, though it can no longer be sent yet again.)
+    fn let_go(&mut self) {
+        self.dropped = true;
+        self.kept = Vec::new();
+        self.budget.give_back(std::mem::take(&mut self.kept_len));
+    }
+}
+
+impl<B> Drop for Replayable<B> {
+    fn drop(&mut self) {
+        self.budget.give_back(self.kept_len);
     }
 }
 
@@ -180,7 +233,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_rewound_body_starts_again_from_its_first_byte_then_goes_on() {
-        let mut b = Replayable::new(body(&[b"ab", b"cd", b"ef"]));
+        let mut b = Replayable::new(body(&[b"ab", b"cd", b"ef"]), ReplayBudget::new(REPLAY_BUDGET));
         assert_eq!(next_data(&mut b).await.as_deref(), Some(&b"ab"[..]));
         assert_eq!(next_data(&mut b).await.as_deref(), Some(&b"cd"[..]));
         let mut b = b.rewind().expect("kept");
@@ -193,7 +246,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_body_that_ended_is_replayed_whole_and_ends_again() {
-        let mut b = Replayable::new(body(&[b"xyz"]));
+        let mut b = Replayable::new(body(&[b"xyz"]), ReplayBudget::new(REPLAY_BUDGET));
         assert_eq!(b.frame().await.map(|f| f.is_ok()), Some(true));
         assert!(b.frame().await.is_none());
         let b = b.rewind().expect("kept");
@@ -205,17 +258,38 @@ mod tests {
     #[tokio::test]
     async fn past_the_limit_or_once_answered_nothing_can_be_sent_again() {
         static BIG: [u8; REPLAY_LIMIT] = [0; REPLAY_LIMIT];
-        let mut b = Replayable::new(body(&[&BIG, b"!"]));
+        let budget = ReplayBudget::new(REPLAY_BUDGET);
+        let mut b = Replayable::new(body(&[&BIG, b"!"]), Arc::clone(&budget));
         next_data(&mut b).await;
         let mut b = b.rewind().expect("exactly the limit is kept");
         next_data(&mut b).await;
         next_data(&mut b).await;
         assert!(b.rewind().is_none(), "one byte past the limit");
+        assert_eq!(budget.used(), 0, "what was kept is given back");
 
-        let mut b = Replayable::new(body(&[b"a", b"b"]));
+        let mut b = Replayable::new(body(&[b"a", b"b"]), Arc::clone(&budget));
         next_data(&mut b).await;
+        assert_eq!(budget.used(), 1);
         b.answered().store(true, Ordering::Relaxed);
         next_data(&mut b).await;
+        assert_eq!(budget.used(), 0);
         assert!(b.rewind().is_none(), "the upstream answered");
+    }
+
+    #[tokio::test]
+    async fn bodies_keep_nothing_past_their_shared_budget_and_give_it_back_when_dropped() {
+        let budget = ReplayBudget::new(5);
+        let mut first = Replayable::new(body(&[b"abc"]), Arc::clone(&budget));
+        let mut second = Replayable::new(body(&[b"def"]), Arc::clone(&budget));
+        let mut third = Replayable::new(body(&[b"gh"]), Arc::clone(&budget));
+        next_data(&mut first).await;
+        next_data(&mut second).await;
+        next_data(&mut third).await;
+        assert!(second.rewind().is_none(), "3 + 3 bytes do not fit in 5");
+        let third = third.rewind().expect("3 + 2 fit");
+        assert_eq!(budget.used(), 5);
+        drop(first);
+        drop(third);
+        assert_eq!(budget.used(), 0);
     }
 }
