@@ -102,7 +102,9 @@ impl H2Upstream {
                 return Ok((picked, false));
             }
         }
-        match self.connect(&mut dialing).await {
+        // Boxed: the handshake's state is large, and every request's future
+        // (allocated and moved whole) would otherwise carry room for it.
+        match Box::pin(self.connect(&mut dialing)).await {
             Ok(picked) => {
                 dialing.failed = None;
                 Ok((picked, true))
