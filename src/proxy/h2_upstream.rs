@@ -207,19 +207,22 @@ impl H2Upstream {
         if !body.is_end_stream() {
             return self.send_with_body(head, body).await;
         }
-        for _ in 0..UNPROCESSED_RETRIES {
-            let (response, _, slot) = self.open(copy_head(&head), true).await?;
+        let mut retries = 0;
+        loop {
+            let (response, _, slot) = self.open(&head, true).await?;
             match response.await {
                 Ok(res) => return Ok(into_response(res, slot)),
                 Err(e) if unprocessed(&e) => {
-                    tracing::debug!(error = %e, "the upstream did not process a stream; sending it again");
                     self.refused(&e, &slot);
+                    if retries == UNPROCESSED_RETRIES {
+                        return Err(H2Error::Stream(e));
+                    }
+                    tracing::debug!(error = %e, "the upstream did not process a stream; sending it again");
+                    retries += 1;
                 }
                 Err(e) => return Err(H2Error::Stream(e)),
             }
         }
-        let (response, _, slot) = self.open(head, true).await?;
-        response.await.map(|res| into_response(res, slot)).map_err(H2Error::Stream)
     }
 
     /// `send` for a request with a body: the body is piped by a task of its
@@ -233,7 +236,7 @@ impl H2Upstream {
         let mut body = Replayable::new(body, Arc::clone(&self.replay));
         let mut retries = 0;
         loop {
-            let (response, stream, slot) = self.open(copy_head(&head), false).await?;
+            let (response, stream, slot) = self.open(&head, false).await?;
             let answered = body.answered();
             let piping = tokio::spawn(pipe(body, stream));
             let e = match response.await {
@@ -275,18 +278,28 @@ impl H2Upstream {
         }
     }
 
-    /// Open a stream for `head` on a connection that can take one.
+    /// Open a stream for `head` on a connection that can take one. A
+    /// connection that fails to open it after `ready` (a GOAWAY or a close
+    /// its task, on another worker, read in between) is forgotten and
+    /// another taken, as in `ready_sender`: nothing of the request was sent.
     async fn open(
         self: &Arc<Self>,
-        head: Request<()>,
+        head: &Request<()>,
         eos: bool,
     ) -> Result<(h2::client::ResponseFuture, h2::SendStream<Bytes>, StreamSlot), H2Error> {
-        let Picked { id, mut send, slot } = self.ready_sender().await?;
-        match send.send_request(head, eos) {
-            Ok((response, stream)) => Ok((response, stream, slot)),
-            Err(e) => {
-                self.pool.forget(id);
-                Err(H2Error::Stream(e))
+        let mut failed = 0;
+        loop {
+            let Picked { id, mut send, slot } = self.ready_sender().await?;
+            match send.send_request(copy_head(head), eos) {
+                Ok((response, stream)) => return Ok((response, stream, slot)),
+                Err(e) => {
+                    self.pool.forget(id);
+                    failed += 1;
+                    if !(e.is_go_away() || e.is_io()) || failed > MAX_CONNECTIONS {
+                        return Err(H2Error::Stream(e));
+                    }
+                    tracing::debug!(error = %e, "upstream h2 connection ended as a stream opened; taking another");
+                }
             }
         }
     }
