@@ -144,7 +144,7 @@ fn parse_unclassified(s: &str) -> Result<Unclassified, String> {
 
 /// The most connections a cap may be: far past any descriptor limit
 /// (Linux's `fs.nr_open` is 2^20 by default), and within what a semaphore counts.
-pub const MAX_CONNECTION_CAP: u64 = 1 << 24;
+const MAX_CONNECTION_CAP: u64 = 1 << 24;
 
 /// A connection cap: at least 1 (0 would refuse every connection), at most [`MAX_CONNECTION_CAP`].
 fn connection_count() -> clap::builder::RangedU64ValueParser<usize> {

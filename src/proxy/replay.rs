@@ -150,9 +150,7 @@ impl<B> Replayable<B> {
             self.kept.push(Kept::Trailers(trailers.clone()));
         }
     }
-}
 
-impl<B> Replayable<B> {
     /// Keep nothing from now on, and give back what was kept. (What `rewind`
     /// put back is still sent, though it can no longer be sent yet again.)
     fn let_go(&mut self) {
