@@ -160,6 +160,62 @@ async fn a_slow_steady_reader_of_a_large_response_is_not_cut() {
     slots_free(&proxy, "checkout").await;
 }
 
+/// The same over HTTP/1.1, where the proxy sees a client's progress only
+/// when the kernel takes more of the response from it: once a third of the
+/// connection's send buffer has drained (Linux's rule; `ss` read a 290 KB
+/// buffer during this test). A reader slower than that per idle timeout can
+/// be cut (docs/reference/proxy.md); this one reads about 800 KB/s of a
+/// response that does not end (`/flood`), for three idle timeouts of 1 s.
+/// Its MSS is set as on a real network (1,400 bytes): with loopback's 64 KiB
+/// one the kernel sizes the proxy's send buffer in MiB at once. Cut, the
+/// connection closes (a read of 0), or the slot is gone while it reads.
+#[tokio::test]
+async fn a_slow_steady_http1_reader_of_an_endless_response_is_not_cut() {
+    const RATE: u64 = 800_000; // bytes a second
+    let up = Upstream::start().await;
+    let config = ConfigDir::new(&pools(5));
+    let url = up.url();
+    let proxy = Proxy::start(config.path(), &args(&url, &["--idle-timeout", "1s"])).await;
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.set_recv_buffer_size(4096).expect("receive buffer");
+    set_mss(&socket, 1400);
+    let mut tcp = socket.connect(proxy.listen).await.expect("connect");
+    tcp.write_all(b"GET /flood HTTP/1.1\r\nhost: shop\r\nx-class: checkout\r\n\r\n").await.expect("write");
+    let mut buf = [0u8; 8192];
+    let mut got: u64 = 0;
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(3) {
+        let n = tokio::time::timeout(Duration::from_secs(1), tcp.read(&mut buf))
+            .await
+            .unwrap_or_else(|_| panic!("nothing came for 1 s after {got} bytes"))
+            .expect("read");
+        assert!(n > 0, "the response was cut after {got} bytes");
+        got += n as u64;
+        // Paced against the start, so that a pause of this test's own catches up.
+        tokio::time::sleep_until((start + Duration::from_micros(got * 1_000_000 / RATE)).into()).await;
+    }
+    assert!(got > RATE * 2, "only {got} bytes in 3 s: the reader was not steady");
+    in_flight_is(&proxy, "checkout", 1).await;
+    drop(tcp);
+    slots_free(&proxy, "checkout").await;
+}
+
+/// Set the MSS a socket announces when it connects (TCP_MAXSEG).
+fn set_mss(socket: &tokio::net::TcpSocket, mss: libc::c_int) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: the fd is the socket's own, and the option an int of its size.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_MAXSEG,
+            (&mss as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0, "TCP_MAXSEG: {}", std::io::Error::last_os_error());
+}
+
 /// An HTTP/2 client that gives one stream no window (it never reads that
 /// body) loses that stream's slot; the stream ends in an error, not cut short
 /// as if complete, and the connection's other streams go on.
