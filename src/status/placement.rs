@@ -40,7 +40,8 @@ fn node_groups_ready(node_groups: &NodeGroupPlan) -> DesiredCondition {
 }
 
 /// Placed: every class workload carries its placement, none is contested. The
-/// first reason that applies wins, in the order of the conditions table.
+/// first reason that applies wins: an apply that stopped early, then the
+/// conditions table's `False` rows in their order.
 fn placed(placement: &PlacementPlan, outcome: &ApplyOutcome) -> DesiredCondition {
     let (conflicts, rejected): (&[Refused], &[Refused]) = match outcome {
         ApplyOutcome::Applied { conflicts, rejected, .. } => (conflicts, rejected),
