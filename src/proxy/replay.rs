@@ -4,7 +4,9 @@
 //! to send again whatever its method, but its body was already taken from the
 //! client. So the first [`REPLAY_LIMIT`] bytes taken are kept (copied: a slice
 //! of the client's read buffer would pin the whole buffer) until the upstream
-//! answers; a body larger than that cannot be sent again, and its refusal
+//! answers, in one buffer whatever the number of frames (a body sent a byte a
+//! frame must not cost a frame's overhead per byte); a body larger than that
+//! cannot be sent again, and its refusal
 //! reaches the client as before (502). What all requests keep at once is
 //! bounded too ([`ReplayBudget`]): past it a request keeps nothing, so many
 //! bodied requests waiting on a slow upstream cannot grow the sidecar.
@@ -19,7 +21,7 @@ use std::{
     task::{Context, Poll},
 };
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
 
@@ -64,8 +66,10 @@ impl ReplayBudget {
 /// `B`, with what was taken of it kept until [`Replayable::rewind`].
 pub(super) struct Replayable<B> {
     body: B,
-    /// Everything taken so far, while within the limit.
-    kept: Vec<Kept>,
+    /// The data taken so far, while within the limit, as one buffer.
+    kept_data: BytesMut,
+    /// The trailers, if the body ended with them.
+    kept_trailers: Option<HeaderMap>,
     /// Data bytes kept (in `kept` and `again`), taken from `budget`.
     kept_len: usize,
     budget: Arc<ReplayBudget>,
@@ -80,7 +84,7 @@ pub(super) struct Replayable<B> {
     answered: Arc<AtomicBool>,
 }
 
-#[derive(Clone)]
+/// A frame put back by `rewind`, to be sent again.
 enum Kept {
     Data(Bytes),
     Trailers(HeaderMap),
@@ -106,7 +110,8 @@ impl<B> Replayable<B> {
     pub(super) fn new(body: B, budget: Arc<ReplayBudget>) -> Self {
         Self {
             body,
-            kept: Vec::new(),
+            kept_data: BytesMut::new(),
+            kept_trailers: None,
             kept_len: 0,
             budget,
             dropped: false,
@@ -127,7 +132,11 @@ impl<B> Replayable<B> {
             return None;
         }
         // What was put back and not yet sent again follows what was sent again.
-        let mut again: VecDeque<Kept> = std::mem::take(&mut self.kept).into();
+        let mut again = VecDeque::with_capacity(self.again.len() + 2);
+        if !self.kept_data.is_empty() {
+            again.push_back(Kept::Data(self.kept_data.split().freeze()));
+        }
+        again.extend(self.kept_trailers.take().map(Kept::Trailers));
         again.append(&mut self.again);
         self.again = again;
         Some(self)
@@ -145,9 +154,17 @@ impl<B> Replayable<B> {
                 return self.let_go();
             }
             self.kept_len += data.len();
-            self.kept.push(Kept::Data(Bytes::copy_from_slice(data)));
+            self.kept_data.extend_from_slice(data);
         } else if let Some(trailers) = frame.trailers_ref() {
-            self.kept.push(Kept::Trailers(trailers.clone()));
+            self.kept_trailers = Some(trailers.clone());
+        }
+    }
+
+    /// A frame put back by `rewind` is sent again: it is kept again, after what was.
+    fn keep_again(&mut self, kept: &Kept) {
+        match kept {
+            Kept::Data(data) => self.kept_data.extend_from_slice(data),
+            Kept::Trailers(trailers) => self.kept_trailers = Some(trailers.clone()),
         }
     }
 
@@ -155,7 +172,8 @@ impl<B> Replayable<B> {
     /// put back is still sent, though it can no longer be sent yet again.)
     fn let_go(&mut self) {
         self.dropped = true;
-        self.kept = Vec::new();
+        self.kept_data = BytesMut::new();
+        self.kept_trailers = None;
         self.budget.give_back(std::mem::take(&mut self.kept_len));
     }
 }
@@ -177,7 +195,7 @@ where
         let this = self.get_mut();
         if let Some(kept) = this.again.pop_front() {
             if !this.dropped {
-                this.kept.push(kept.clone());
+                this.keep_again(&kept);
             }
             return Poll::Ready(Some(Ok(kept.into_frame())));
         }
@@ -235,11 +253,25 @@ mod tests {
         assert_eq!(next_data(&mut b).await.as_deref(), Some(&b"ab"[..]));
         assert_eq!(next_data(&mut b).await.as_deref(), Some(&b"cd"[..]));
         let mut b = b.rewind().expect("kept");
-        assert_eq!(next_data(&mut b).await.as_deref(), Some(&b"ab"[..]));
-        // Rewound again part way through the first replay ("cd" not yet sent again).
+        assert_eq!(next_data(&mut b).await.as_deref(), Some(&b"abcd"[..]), "what was kept, as one frame");
+        // Rewound again, then again before anything was sent again.
+        let b = b.rewind().expect("kept");
         let b = b.rewind().expect("kept");
         let all = b.collect().await.expect("body").to_bytes();
         assert_eq!(all, "abcdef");
+    }
+
+    #[tokio::test]
+    async fn frames_are_kept_as_one_buffer_whatever_their_number() {
+        let chunks = vec![&b"x"[..]; 1000];
+        let mut b = Replayable::new(body(&chunks), ReplayBudget::new(REPLAY_BUDGET));
+        while next_data(&mut b).await.is_some() {}
+        let mut b = b.rewind().expect("kept");
+        assert_eq!(next_data(&mut b).await.map(|d| d.len()), Some(1000), "one frame of every byte");
+        assert!(next_data(&mut b).await.is_none());
+        // Sent again, it is kept again (once more as one buffer).
+        let mut b = b.rewind().expect("kept again");
+        assert_eq!(next_data(&mut b).await.map(|d| d.len()), Some(1000));
     }
 
     #[tokio::test]

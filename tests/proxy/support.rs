@@ -7,6 +7,10 @@ use std::{
     net::{SocketAddr, TcpListener as StdListener},
     path::{Path, PathBuf},
     process::{Child, Command, ExitStatus, Stdio},
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc,
+    },
     time::{Duration, Instant},
 };
 
@@ -102,10 +106,14 @@ pub(crate) const LARGE: usize = 2 << 20;
 /// An upstream: `/hold` sends its head and a first chunk, then the rest only
 /// when the test calls `release`; `/flood` streams as fast as it is read;
 /// `/large` answers [`LARGE`] bytes; `/slow` answers `ok` after 1.5 s;
+/// `…/headers` and `…/trailers` echo the request's head and trailers;
+/// `/take` reads the request body and never answers;
 /// anything else answers `ok` at once, echoing the x-forwarded-for it saw.
 pub(crate) struct Upstream {
     pub addr: SocketAddr,
     release: watch::Sender<u64>,
+    /// Request bodies `/take` has read to their end.
+    taken: Arc<AtomicUsize>,
 }
 
 impl Upstream {
@@ -113,18 +121,21 @@ impl Upstream {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind upstream");
         let addr = listener.local_addr().expect("addr");
         let (release, rx) = watch::channel(0u64);
+        let taken = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&taken);
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 let rx = rx.clone();
+                let counter = Arc::clone(&counter);
                 tokio::spawn(async move {
-                    let service = hyper::service::service_fn(move |req| answer(req, rx.clone()));
+                    let service = hyper::service::service_fn(move |req| answer(req, rx.clone(), Arc::clone(&counter)));
                     let _ = auto::Builder::new(TokioExecutor::new())
                         .serve_connection_with_upgrades(TokioIo::new(stream), service)
                         .await;
                 });
             }
         });
-        Upstream { addr, release }
+        Upstream { addr, release, taken }
     }
 
     pub(crate) fn url(&self) -> String {
@@ -132,12 +143,21 @@ impl Upstream {
     }
 
     /// Let every response held so far finish.
+    /// How many request bodies `/take` has read to their end.
+    pub(crate) fn bodies_taken(&self) -> usize {
+        self.taken.load(Ordering::Relaxed)
+    }
+
     pub(crate) fn release(&self) {
         self.release.send_modify(|v| *v += 1);
     }
 }
 
-async fn answer(mut req: Request<Incoming>, release: watch::Receiver<u64>) -> Result<Response<UpBody>, Infallible> {
+async fn answer(
+    mut req: Request<Incoming>,
+    release: watch::Receiver<u64>,
+    taken: Arc<AtomicUsize>,
+) -> Result<Response<UpBody>, Infallible> {
     if req.uri().path() == "/upgrade" {
         // Switch to a line echo protocol until the client closes.
         let upgrade = hyper::upgrade::on(&mut req);
@@ -157,6 +177,14 @@ async fn answer(mut req: Request<Incoming>, release: watch::Receiver<u64>) -> Re
         // An answer whose head takes 1.5 s.
         tokio::time::sleep(Duration::from_millis(1500)).await;
     }
+    if req.uri().path() == "/take" {
+        // Reads the whole request body, counts it, and never answers (bounded by WAIT).
+        if req.into_body().collect().await.is_ok() {
+            taken.fetch_add(1, Ordering::Relaxed);
+        }
+        tokio::time::sleep(WAIT).await;
+        return Ok(Response::new(Empty::new().boxed()));
+    }
     if req.uri().path() == "/never" {
         // An upstream that takes the request and never answers (bounded by WAIT).
         tokio::time::sleep(WAIT).await;
@@ -175,6 +203,13 @@ async fn answer(mut req: Request<Incoming>, release: watch::Receiver<u64>) -> Re
         // An application that reads the whole request body before answering.
         let length = req.into_body().collect().await.map_or(0, |b| b.to_bytes().len());
         return Ok(Response::new(Full::new(Bytes::from(length.to_string())).boxed()));
+    }
+    if req.uri().path().ends_with("/trailers") {
+        // The request body's trailers as the upstream saw them, one `name: value` a line.
+        let trailers = req.into_body().collect().await.ok().and_then(|b| b.trailers().cloned()).unwrap_or_default();
+        let seen: String =
+            trailers.iter().map(|(n, v)| format!("{n}: {}\n", String::from_utf8_lossy(v.as_bytes()))).collect();
+        return Ok(Response::new(Full::new(Bytes::from(seen)).boxed()));
     }
     if req.uri().path().ends_with("/headers") {
         // The request head as the upstream saw it, one `name: value` a line, after its path (and authority).
