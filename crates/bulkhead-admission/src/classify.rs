@@ -85,9 +85,11 @@ fn by_rule<'r, B>(rule: &'r Rule, req: &'r Request<B>) -> Option<&'r str> {
     }
 }
 
-/// `/api` matches `/api` and `/api/x`, not `/apix`; the prefix `/` (stored as "") matches all.
+/// `/api` matches `/api`, `/api/x` and `/api;p/x` (servlet containers route
+/// by the segment without its parameters), not `/apix`; the prefix `/`
+/// (stored as "") matches all.
 fn segment_prefix(path: &str, prefix: &str) -> bool {
-    path.strip_prefix(prefix).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    path.strip_prefix(prefix).is_some_and(|rest| rest.is_empty() || rest.starts_with('/') || rest.starts_with(';'))
 }
 
 #[cfg(test)]
@@ -119,6 +121,7 @@ mod tests {
         assert_eq!(class(&c, &req("/api/admin/x", None)), Some("control-plane"));
         assert_eq!(class(&c, &req("/api/x?q=1", None)), Some("search"));
         assert_eq!(class(&c, &req("/apix", None)), Some("reports"));
+        assert_eq!(class(&c, &req("/api;jsessionid=1/x", None)), Some("search"), "a segment's parameters");
         let none = Classifier::Rules(vec!["header:x-c".parse().expect("rule"), Rule::Port]);
         assert_eq!(class(&none, &req("/", None)), None);
         assert_eq!(class(&Classifier::Fixed("search".into()), &req("/", None)), Some("search"));

@@ -1,21 +1,28 @@
 //! Path normalisation before path rules, as Envoy's `normalize_path` and
 //! `merge_slashes` do: `/admin/../checkout` is `/checkout`, `//admin` and
 //! `/%61dmin` are `/admin`. Otherwise a client picks its class by spelling
-//! the same path another way.
+//! the same path another way. What some upstreams would still read another
+//! way is refused: an encoded `/` or `\`, a raw `\` (a separator to IIS and
+//! others), and a dot segment with parameters (`..;x`, which servlet
+//! containers read as `..`).
 
 use std::borrow::Cow;
 
 /// Why a path cannot be classified safely.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
-#[error("the path keeps an encoded slash or backslash after normalisation")]
+#[error("the path keeps a backslash, an encoded slash or a dot segment with parameters after normalisation")]
 pub struct AmbiguousPath;
 
 /// Percent-decode unreserved characters (RFC 3986 2.3), merge repeated
-/// slashes, remove dot segments (RFC 3986 5.2.4). A path still holding an
-/// encoded `/` or `\` is refused: the upstream may decode it into a segment
-/// boundary the rules never saw.
+/// slashes, remove dot segments (RFC 3986 5.2.4). A path holding an
+/// encoded `/` or `\`, or a raw `\`, is refused: the upstream may read it as
+/// a segment boundary the rules never saw; so is a dot segment with
+/// parameters (`/checkout/..;/admin` is `/admin` to Tomcat).
 pub fn normalize(path: &str) -> Result<Cow<'_, str>, AmbiguousPath> {
     let b = path.as_bytes();
+    if b.contains(&b'\\') {
+        return Err(AmbiguousPath);
+    }
     let plain = !path.contains('%') && !path.contains("//") && !path.contains("/.");
     if plain {
         return Ok(Cow::Borrowed(path));
@@ -29,6 +36,7 @@ pub fn normalize(path: &str) -> Result<Cow<'_, str>, AmbiguousPath> {
             ".." => {
                 out.pop();
             }
+            s if matches!(s.split(';').next(), Some("." | "..")) => return Err(AmbiguousPath),
             s => out.push(s),
         }
     }
@@ -100,6 +108,11 @@ mod tests {
         }
         assert_eq!(normalize("/admin%2Fx"), Err(AmbiguousPath));
         assert_eq!(normalize("/admin%5cx"), Err(AmbiguousPath));
+        assert_eq!(normalize("/checkout\\..\\admin"), Err(AmbiguousPath));
+        assert_eq!(normalize("/checkout/..;/admin"), Err(AmbiguousPath));
+        assert_eq!(normalize("/checkout/.;x/../admin"), Err(AmbiguousPath));
+        assert_eq!(normalize("/checkout/%2e%2e;x/admin"), Err(AmbiguousPath));
+        assert_eq!(normalize("/a;b/./c").as_deref(), Ok("/a;b/c"), "parameters elsewhere are the server's");
         assert_eq!(normalize("/a%2"), Ok(Cow::Owned("/a%2".into())));
     }
 }
