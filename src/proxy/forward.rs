@@ -26,6 +26,7 @@ use hyper_util::rt::TokioIo;
 use tokio::{sync::watch, time::Sleep};
 
 use super::{
+    class_headers::ClassHeaders,
     h1_upstream::{H1Body, H1Upstream},
     h2_upstream::{H2Body, H2Upstream},
     idle::{self, IdleBody},
@@ -101,6 +102,8 @@ pub struct Forward {
     via: Via,
     upstream: Upstream,
     limits: Limits,
+    /// Set to the class the proxy decided, after the client's fields are stripped.
+    class_headers: Arc<ClassHeaders>,
     /// Held by each spliced upgrade, so a drain waits for those too.
     drain: watch::Receiver<()>,
 }
@@ -115,13 +118,19 @@ enum Via {
 }
 
 impl Forward {
-    pub fn new(upstream: Upstream, protocol: UpstreamProtocol, limits: Limits, drain: watch::Receiver<()>) -> Self {
+    pub(super) fn new(
+        upstream: Upstream,
+        protocol: UpstreamProtocol,
+        limits: Limits,
+        class_headers: Arc<ClassHeaders>,
+        drain: watch::Receiver<()>,
+    ) -> Self {
         let authority = upstream.authority.clone();
         let via = match protocol {
             UpstreamProtocol::Http1 => Via::H1(H1Upstream::new(authority, CONNECT_TIMEOUT)),
             UpstreamProtocol::H2c => Via::H2(H2Upstream::new(authority, CONNECT_TIMEOUT)),
         };
-        Self { via, upstream, limits, drain }
+        Self { via, upstream, limits, class_headers, drain }
     }
 
     fn protocol(&self) -> UpstreamProtocol {
@@ -131,9 +140,15 @@ impl Forward {
         }
     }
 
-    /// Send `req` upstream; `peer` is the client's address for x-forwarded-for.
+    /// Send `req` upstream, counted as `class`; `peer` is the client's address for x-forwarded-for.
     /// `max`: the class's maximum duration, which bounds the response head and body too.
-    pub fn call(&self, mut req: Request<Incoming>, peer: &HeaderValue, max: Option<Duration>) -> ForwardFuture {
+    pub(super) fn call(
+        &self,
+        mut req: Request<Incoming>,
+        peer: &HeaderValue,
+        class: &HeaderValue,
+        max: Option<Duration>,
+    ) -> ForwardFuture {
         let protocol = self.protocol();
         let upgrade = protocol == UpstreamProtocol::Http1 && self.upgrade_allowed(req.headers());
         let inbound = upgrade.then(|| hyper::upgrade::on(&mut req));
@@ -141,6 +156,10 @@ impl Forward {
         let h2 = req.version() == Version::HTTP_2;
         let grpc = is_grpc(&req);
         let (mut parts, body) = req.into_parts();
+        // Room for what forwarding adds (class headers, x-forwarded-for and -proto, Host) at once:
+        // hyper and h2 size a request's map to the fields it came with, and each insert into a
+        // full map grows it again.
+        parts.headers.reserve(self.class_headers.len() + 3);
         let target = std::mem::take(&mut parts.uri).into_parts().path_and_query;
         let target = target.unwrap_or_else(|| PathAndQuery::from_static("/"));
         parts.uri = match protocol {
@@ -175,21 +194,27 @@ impl Forward {
             strip_hop_by_hop(&mut parts.headers, upgrade);
         }
         // (An h2c upstream has the host in :authority, above.)
-        if protocol == UpstreamProtocol::Http1 && (h2 || !parts.headers.contains_key(header::HOST)) {
-            // An HTTP/2 client names the host in :authority, which wins over a Host header (RFC 9113 8.3.1);
-            // an HTTP/1.0 client may name none: then the upstream's.
+        if protocol == UpstreamProtocol::Http1
+            && (original_authority.is_some() || !parts.headers.contains_key(header::HOST))
+        {
+            // An HTTP/2 client's :authority wins over a Host header (RFC 9113 8.3.1), as does an
+            // absolute-form target's authority (RFC 9112 3.2.2); an HTTP/1.0 client may name no
+            // host at all: then the upstream's.
             let authority = original_authority.unwrap_or_else(|| self.upstream.authority.clone());
             if let Ok(host) = HeaderValue::from_str(authority.as_str()) {
                 parts.headers.insert(header::HOST, host);
             }
         }
+        // After the stripping: a Connection header naming the class header must not remove it.
+        self.class_headers.set(&mut parts.headers, class);
         append_forwarded_for(&mut parts.headers, peer);
         // The listener speaks plain HTTP; a client's own claim is replaced.
         parts.headers.insert(FORWARDED_PROTO, HeaderValue::from_static("http"));
         // Only a body that can carry data can stall (a GET's cannot): no flag to allocate then.
         let idle = self.limits.idle_timeout;
         let stalled = (!idle.is_zero() && !http_body::Body::is_end_stream(&body)).then(Arc::<AtomicBool>::default);
-        let body = IdleBody::new(body, idle, stalled.clone());
+        // A class header sent as a trailer would reach the upstream past every check of the head.
+        let body = IdleBody::new(body, idle, stalled.clone()).without_in_trailers(&self.class_headers);
         let req = Request::from_parts(parts, body);
         let inner = match &self.via {
             Via::H1(h1) => Pending::H1(Box::pin(Arc::clone(h1).send(req))),
@@ -424,6 +449,9 @@ fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
         let named: Vec<HeaderName> = connection_tokens(headers)
             .filter(|t| !t.eq_ignore_ascii_case("upgrade") && !t.eq_ignore_ascii_case("close"))
             .filter(|t| !t.eq_ignore_ascii_case("keep-alive"))
+            // Host is for every recipient (RFC 9110 7.6.1 forbids naming it): naming it must
+            // not swap the client's host for the upstream's address.
+            .filter(|t| !t.eq_ignore_ascii_case("host"))
             .filter_map(|t| HeaderName::from_str(t).ok())
             .collect();
         for name in named {

@@ -10,6 +10,7 @@
 
 mod activity;
 mod admin;
+mod class_headers;
 mod connections;
 mod dial;
 mod fds;
@@ -153,11 +154,16 @@ pub async fn run(args: ProxyArgs) -> Result<(), ProxyError> {
     for plan in plans {
         let tcp = TcpListener::bind(plan.addr).await.map_err(|source| ProxyError::Bind { addr: plan.addr, source })?;
         tracing::info!(listen = %plan.addr, upstream = %plan.upstream, classify = ?plan.classifier, "listening");
-        let listener = server::Listener::new(
-            Gate::new(Arc::clone(&pool), plan.classifier, rejector.clone()),
-            forward::Forward::new(plan.upstream, args.upstream_protocol, limits.clone(), drain.clone()),
-            class_header_from.clone(),
+        let class_headers = Arc::new(class_headers::ClassHeaders::new(&plan.classifier));
+        let forward = forward::Forward::new(
+            plan.upstream,
+            args.upstream_protocol,
+            limits.clone(),
+            Arc::clone(&class_headers),
+            drain.clone(),
         );
+        let gate = Gate::new(Arc::clone(&pool), plan.classifier, rejector.clone());
+        let listener = server::Listener::new(gate, forward, class_headers, class_header_from.clone());
         bound.push((tcp, Arc::new(listener)));
     }
     for (tcp, listener) in bound {

@@ -9,7 +9,7 @@ use std::{
     time::Duration,
 };
 
-use http::{header, uri::PathAndQuery, HeaderName, HeaderValue, Request, Response, StatusCode, Uri, Version};
+use http::{header, uri::PathAndQuery, HeaderValue, Request, Response, StatusCode, Uri, Version};
 use hyper::body::Incoming;
 use hyper_util::{
     rt::{TokioExecutor, TokioIo, TokioTimer},
@@ -19,13 +19,14 @@ use tokio::{net::TcpListener, sync::watch};
 
 use super::{
     activity::{Activity, Counted, CountedBody},
+    class_headers::ClassHeaders,
     classify::{Classifier, Rule},
     connections::Connections,
     forward::{Forward, ForwardFuture, ProxyBody},
     layer::{Gate, PermitBody, ResponseFuture},
     normalize,
     options::Cidr,
-    reject::{CLASS_HEADER, REASON_HEADER},
+    reject::REASON_HEADER,
     stall::Watched,
 };
 
@@ -36,26 +37,18 @@ pub(super) struct Listener {
     /// Peers that may name a class by header; None: any peer.
     pub class_header_from: Option<Arc<[Cidr]>>,
     /// The headers that name a class: the classifier's, or x-bulkhead-class.
-    class_headers: Vec<HeaderName>,
+    class_headers: Arc<ClassHeaders>,
     /// Path rules classify: the path is normalised first, and forwarded so.
     by_path: bool,
 }
 
 impl Listener {
-    pub(super) fn new(gate: Gate<Classifier>, forward: Forward, class_header_from: Option<Arc<[Cidr]>>) -> Self {
-        let mut class_headers: Vec<HeaderName> = match &gate.classify {
-            Classifier::Rules(rules) => rules
-                .iter()
-                .filter_map(|r| match r {
-                    Rule::Header(name) => Some(name.clone()),
-                    _ => None,
-                })
-                .collect(),
-            Classifier::Fixed(_) => Vec::new(),
-        };
-        if class_headers.is_empty() {
-            class_headers.push(CLASS_HEADER);
-        }
+    pub(super) fn new(
+        gate: Gate<Classifier>,
+        forward: Forward,
+        class_headers: Arc<ClassHeaders>,
+        class_header_from: Option<Arc<[Cidr]>>,
+    ) -> Self {
         let by_path =
             matches!(&gate.classify, Classifier::Rules(rules) if rules.iter().any(|r| matches!(r, Rule::Path(_))));
         Self { gate, forward, class_header_from, class_headers, by_path }
@@ -64,12 +57,15 @@ impl Listener {
     /// Refuse what a proxy must not forward or classify (the 400s), and drop
     /// class headers an untrusted peer sent.
     fn screen<B>(&self, req: &mut Request<B>, peer: IpAddr) -> Result<(), Response<()>> {
-        let hosts = req.headers().get_all(header::HOST).iter().count();
-        // RFC 9112 3.2: an HTTP/1.1 request without exactly one Host is refused.
-        if hosts > 1 || (hosts == 0 && req.version() == Version::HTTP_11) {
+        let mut hosts = req.headers().get_all(header::HOST).iter();
+        let host = hosts.next();
+        // RFC 9112 3.2: an HTTP/1.1 request without exactly one Host is refused, as is a Host
+        // that is not `host[:port]` (a list, user info, a path).
+        let missing = host.is_none() && req.version() == Version::HTTP_11;
+        if missing || hosts.next().is_some() || host.is_some_and(|h| !is_host(h.as_bytes())) {
             return Err(refuse("bad-host"));
         }
-        for name in &self.class_headers {
+        for name in self.class_headers.names() {
             // A front proxy that appends the trusted value must not lose to the client's.
             if req.headers().get_all(name).iter().nth(1).is_some() {
                 return Err(refuse("repeated-class-header"));
@@ -80,12 +76,16 @@ impl Listener {
         }
         let trusted = self.class_header_from.as_ref().is_none_or(|nets| nets.iter().any(|n| n.contains(peer)));
         if !trusted {
-            for name in &self.class_headers {
-                req.headers_mut().remove(name);
-            }
+            self.class_headers.remove(req.headers_mut());
         }
         Ok(())
     }
+}
+
+/// RFC 3986's `host [ ":" port ]`, by its characters: reg-name, IP literal or
+/// address, port. (No allocation: this runs for every request.)
+fn is_host(value: &[u8]) -> bool {
+    value.iter().all(|&c| c.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:[]%".contains(&c))
 }
 
 /// Rewrite the request's path to its normal form (the upstream then sees the
@@ -147,15 +147,8 @@ impl Conn {
         }
         match self.listener.gate.admit(&req) {
             Ok(permit) => {
-                // Room for what forwarding adds (class headers, x-forwarded-for and -proto, Host)
-                // at once: hyper and h2 size a request's map to the fields it came with, and
-                // each insert into a full map grows it again.
-                req.headers_mut().reserve(self.listener.class_headers.len() + 3);
-                // The upstream sees one class header: the class the request is counted as.
-                for name in &self.listener.class_headers {
-                    req.headers_mut().insert(name, permit.class_header().clone());
-                }
-                let forwarded = self.listener.forward.call(req, &self.peer, permit.max_duration());
+                let forwarded =
+                    self.listener.forward.call(req, &self.peer, permit.class_header(), permit.max_duration());
                 ResponseFuture::admitted(forwarded, permit)
             }
             Err(rejection) => ResponseFuture::rejected(rejection),

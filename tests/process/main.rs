@@ -12,6 +12,7 @@ mod proxy;
 mod proxy_abuse;
 mod proxy_hostile;
 mod proxy_shared_connection;
+mod proxy_spoofing;
 #[path = "../proxy/support.rs"]
 #[allow(dead_code)]
 mod proxy_support;
