@@ -2,9 +2,9 @@
 //! `header:NAME` rules, or `x-bulkhead-class`. The upstream sees exactly one
 //! of each, naming the class the proxy decided, however the client spells
 //! its own: repeated (refused earlier), listed in `Connection`, sent as a
-//! trailer, or with `_` for `-` (CGI, WSGI, PHP and Rack fold the two into
-//! one name, so `x_bulkhead_class` would reach such an application as the
-//! class header).
+//! trailer, or with `_` for any `-` (CGI, WSGI, PHP and Rack fold the two
+//! into one name, so `x_bulkhead_class` or `x-bulkhead_class` would reach
+//! such an application as the class header).
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 
@@ -16,8 +16,6 @@ use super::{
 #[derive(Debug)]
 pub(super) struct ClassHeaders {
     names: Vec<HeaderName>,
-    /// Each name spelled with `_` for `-`, where that differs.
-    underscored: Vec<HeaderName>,
 }
 
 impl ClassHeaders {
@@ -35,12 +33,7 @@ impl ClassHeaders {
         if names.is_empty() {
             names.push(CLASS_HEADER);
         }
-        let underscored = names
-            .iter()
-            .filter(|n| n.as_str().contains('-'))
-            .filter_map(|n| HeaderName::from_bytes(n.as_str().replace('-', "_").as_bytes()).ok())
-            .collect();
-        Self { names, underscored }
+        Self { names }
     }
 
     pub(super) fn names(&self) -> &[HeaderName] {
@@ -49,18 +42,33 @@ impl ClassHeaders {
 
     /// Set every class header to `class`, and remove their underscore spellings.
     pub(super) fn set(&self, headers: &mut HeaderMap, class: &HeaderValue) {
-        for name in &self.underscored {
-            headers.remove(name);
-        }
+        self.remove_underscored(headers);
         for name in &self.names {
             headers.insert(name, class.clone());
         }
     }
 
-    /// Remove every class header, in either spelling.
+    /// Remove every class header, in any spelling.
     pub(super) fn remove(&self, headers: &mut HeaderMap) {
-        for name in self.names.iter().chain(&self.underscored) {
+        self.remove_underscored(headers);
+        for name in &self.names {
             headers.remove(name);
+        }
+    }
+
+    /// Remove the fields that are a class header with some `-` spelled `_`.
+    /// One pass over the names (no field has a `_`, as a rule), no allocation then.
+    fn remove_underscored(&self, headers: &mut HeaderMap) {
+        let spelled = |key: &HeaderName| {
+            let key = key.as_str().as_bytes();
+            key.contains(&b'_') && self.names.iter().any(|n| underscored(key, n.as_str().as_bytes()))
+        };
+        if !headers.keys().any(spelled) {
+            return;
+        }
+        let found: Vec<HeaderName> = headers.keys().filter(|k| spelled(k)).cloned().collect();
+        for key in found {
+            headers.remove(key);
         }
     }
 
@@ -68,6 +76,11 @@ impl ClassHeaders {
     pub(super) fn len(&self) -> usize {
         self.names.len()
     }
+}
+
+/// `key` is `name` with one or more `-` spelled `_`.
+fn underscored(key: &[u8], name: &[u8]) -> bool {
+    key.len() == name.len() && key.iter().zip(name).all(|(k, n)| k == n || (*k == b'_' && *n == b'-'))
 }
 
 #[cfg(test)]
@@ -81,13 +94,14 @@ mod tests {
         let mut sent = HeaderMap::new();
         sent.insert("x-tenant", HeaderValue::from_static("gold"));
         sent.insert("x_tenant", HeaderValue::from_static("gold"));
+        sent.insert("x_other", HeaderValue::from_static("kept"));
         sent.insert("x-other", HeaderValue::from_static("kept"));
         headers.set(&mut sent, &HeaderValue::from_static("bronze"));
         let mut seen: Vec<_> = sent.iter().map(|(n, v)| format!("{n}: {}", v.to_str().unwrap_or("?"))).collect();
         seen.sort();
-        assert_eq!(seen, ["x-other: kept", "x-tenant: bronze"]);
+        assert_eq!(seen, ["x-other: kept", "x-tenant: bronze", "x_other: kept"]);
         headers.remove(&mut sent);
-        assert_eq!(sent.len(), 1);
+        assert_eq!(sent.len(), 2);
     }
 
     #[test]
@@ -95,8 +109,10 @@ mod tests {
         let headers = ClassHeaders::new(&Classifier::Rules(vec![Rule::Port]));
         assert_eq!(headers.names(), [CLASS_HEADER]);
         let mut sent = HeaderMap::new();
-        sent.insert("x_bulkhead_class", HeaderValue::from_static("gold"));
+        for spelling in ["x_bulkhead_class", "x-bulkhead_class", "x_bulkhead-class"] {
+            sent.insert(spelling, HeaderValue::from_static("gold"));
+        }
         headers.remove(&mut sent);
-        assert!(sent.is_empty());
+        assert!(sent.is_empty(), "{sent:?}");
     }
 }

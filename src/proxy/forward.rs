@@ -457,7 +457,11 @@ fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
         for name in named {
             headers.remove(name);
         }
-        if !upgrade {
+        if upgrade {
+            // Only the handshake goes on: the client's other tokens would have the next
+            // proxy remove fields (the class header among them) this one set.
+            headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        } else {
             headers.remove(header::CONNECTION);
         }
     }

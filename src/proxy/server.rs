@@ -9,7 +9,7 @@ use std::{
     time::Duration,
 };
 
-use http::{header, uri::PathAndQuery, HeaderValue, Request, Response, StatusCode, Uri, Version};
+use http::{header, uri::PathAndQuery, HeaderValue, Method, Request, Response, StatusCode, Uri, Version};
 use hyper::body::Incoming;
 use hyper_util::{
     rt::{TokioExecutor, TokioIo, TokioTimer},
@@ -57,12 +57,18 @@ impl Listener {
     /// Refuse what a proxy must not forward or classify (the 400s), and drop
     /// class headers an untrusted peer sent.
     fn screen<B>(&self, req: &mut Request<B>, peer: IpAddr) -> Result<(), Response<()>> {
+        // CONNECT would have the upstream open a tunnel to a host the client names.
+        if req.method() == Method::CONNECT {
+            return Err(refuse("connect"));
+        }
         let mut hosts = req.headers().get_all(header::HOST).iter();
         let host = hosts.next();
         // RFC 9112 3.2: an HTTP/1.1 request without exactly one Host is refused, as is a Host
-        // that is not `host[:port]` (a list, user info, a path).
+        // that is not `host[:port]` (a list, user info, a path); so is a target's or
+        // :authority's authority with user info, which would become the upstream's Host.
         let missing = host.is_none() && req.version() == Version::HTTP_11;
-        if missing || hosts.next().is_some() || host.is_some_and(|h| !is_host(h.as_bytes())) {
+        let bad_authority = req.uri().authority().is_some_and(|a| !is_host(a.as_str().as_bytes()));
+        if missing || bad_authority || hosts.next().is_some() || host.is_some_and(|h| !is_host(h.as_bytes())) {
             return Err(refuse("bad-host"));
         }
         for name in self.class_headers.names() {
@@ -82,10 +88,29 @@ impl Listener {
     }
 }
 
-/// RFC 3986's `host [ ":" port ]`, by its characters: reg-name, IP literal or
-/// address, port. (No allocation: this runs for every request.)
+/// `host [ ":" port ]` (RFC 9110 7.2): a name or IPv4 address of letters,
+/// digits and `-._~%`, or an IPv6 literal in brackets; then at most one port
+/// of up to five digits. Empty is allowed (a target with no authority). No
+/// allocation: this runs for every request.
 fn is_host(value: &[u8]) -> bool {
-    value.iter().all(|&c| c.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:[]%".contains(&c))
+    let (host, port) = match value.strip_prefix(b"[") {
+        Some(literal) => match literal.iter().position(|&c| c == b']') {
+            Some(end) if literal[..end].iter().all(|&c| c.is_ascii_hexdigit() || c == b':' || c == b'.') => {
+                (&[][..], &literal[end + 1..])
+            }
+            _ => return false,
+        },
+        None => match value.iter().position(|&c| c == b':') {
+            Some(colon) => (&value[..colon], &value[colon..]),
+            None => (value, &[][..]),
+        },
+    };
+    let name = host.iter().all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b'~' | b'%'));
+    let port = match port.strip_prefix(b":") {
+        Some(digits) => (1..=5).contains(&digits.len()) && digits.iter().all(u8::is_ascii_digit),
+        None => port.is_empty(),
+    };
+    name && port
 }
 
 /// Rewrite the request's path to its normal form (the upstream then sees the
@@ -312,4 +337,20 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
 fn peer_value(peer: SocketAddr) -> HeaderValue {
     // An IP address is always a valid header value.
     HeaderValue::from_str(&peer.ip().to_string()).unwrap_or(HeaderValue::from_static("unknown"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_host;
+
+    #[test]
+    fn a_host_is_a_name_or_address_and_at_most_one_port() {
+        for good in ["shop", "shop.example:8080", "10.0.0.1:80", "[::1]:8443", "[fe80::1]", "my_host", ""] {
+            assert!(is_host(good.as_bytes()), "{good}");
+        }
+        for bad in ["a, b", "a,b:1:2", "user@shop", "u:p@evil.example", "shop/x", "shop:", "shop:123456", "[::1", "[x]"]
+        {
+            assert!(!is_host(bad.as_bytes()), "{bad}");
+        }
+    }
 }

@@ -238,6 +238,40 @@ async fn an_h2_stream_given_no_window_loses_its_slot_and_the_connection_goes_on(
     assert!(rest.is_err(), "a response given up must not look complete");
 }
 
+/// A client that gives its streams no window at all (SETTINGS_INITIAL_WINDOW_SIZE
+/// 0) is never asked for a body's first frame: hyper waits for window before
+/// it polls. Such a stream once held its slot for as long as the client
+/// answered PINGs; it is reset after the idle timeout like any other.
+#[tokio::test]
+async fn an_h2_client_that_never_grants_a_window_loses_its_slots() {
+    let up = Upstream::start().await;
+    let config = ConfigDir::new(&pools(5));
+    let url = up.url();
+    let proxy = Proxy::start(config.path(), &args(&url, &["--idle-timeout", "500ms"])).await;
+    let tcp = TcpStream::connect(proxy.listen).await.expect("connect");
+    let (h2, conn) =
+        h2::client::Builder::new().initial_window_size(0).handshake::<_, bytes::Bytes>(tcp).await.expect("handshake");
+    tokio::spawn(conn);
+    let mut h2 = h2.ready().await.expect("ready");
+    let mut responses = Vec::new();
+    for _ in 0..2 {
+        let req = Request::get(format!("http://{}/large", proxy.listen))
+            .header("x-class", "control-plane")
+            .body(())
+            .expect("req");
+        let (res, _) = h2.send_request(req, true).expect("send");
+        let res = tokio::time::timeout(WAIT, res).await.expect("a head in time").expect("a response");
+        assert_eq!(res.status(), 200);
+        responses.push(res);
+    }
+    in_flight_is(&proxy, "control-plane", 2).await;
+    let started = Instant::now();
+    slots_free(&proxy, "control-plane").await;
+    assert!(started.elapsed() < Duration::from_secs(5), "the slots were held {:?}", started.elapsed());
+    let res = send(&http1(), request(&proxy.url("/"), Some("control-plane"))).await;
+    assert_eq!(res.status(), 200);
+}
+
 /// A response body the upstream stops sending is cut after the idle timeout
 /// (not taken as complete), and its slot freed.
 #[tokio::test]

@@ -111,6 +111,18 @@ async fn an_underscore_spelling_of_the_class_header_never_reaches_the_upstream()
         assert_eq!(lines_named(&seen, "x_class"), Vec::<&str>::new(), "{seen}");
         assert_eq!(lines_named(&seen, "x-class"), ["x-class: search"], "{seen}");
     }
+    // The injected sidecar's header has two hyphens: any mix of spellings folds into it.
+    let injected =
+        Proxy::start(config.path(), &["--upstream", &url, "--workers", "1", "--classify", "header:x-bulkhead-class"])
+            .await;
+    let seen = echo(
+        &injected,
+        "GET /headers HTTP/1.1\r\nhost: shop\r\nx-bulkhead-class: search\r\nx-bulkhead_class: control-plane\r\n\
+         x_bulkhead-class: control-plane\r\nx_bulkhead_class: control-plane\r\nconnection: close\r\n\r\n",
+    )
+    .await;
+    let class_lines: Vec<_> = seen.lines().filter(|l| l.replace('_', "-").starts_with("x-bulkhead-class:")).collect();
+    assert_eq!(class_lines, ["x-bulkhead-class: search"], "{seen}");
 }
 
 /// RFC 9112 3.2.2: a proxy replaces Host with an absolute-form target's
@@ -127,11 +139,41 @@ async fn an_absolute_form_target_names_the_host_and_a_host_that_is_not_one_is_re
     )
     .await;
     assert_eq!(lines_named(&seen, "host"), ["host: shop.example"], "{seen}");
-    for host in ["a, b", "user@shop", "shop/x"] {
+    for host in ["a, b", "a,b:1:2", "user@shop", "shop/x"] {
         let raw = format!("GET / HTTP/1.1\r\nhost: {host}\r\nx-class: search\r\nconnection: close\r\n\r\n");
         let (got, _) = exchange(proxy.listen, raw.as_bytes(), Duration::from_secs(3)).await;
         assert!(got.starts_with("HTTP/1.1 400") && got.contains("x-bulkhead-reason: bad-host"), "{host}: {got:?}");
     }
+    // User info in the target would become the upstream's Host.
+    let raw = "GET http://user:pw@evil.example:80/headers HTTP/1.1\r\nhost: shop\r\nx-class: search\r\n\r\n";
+    let (got, _) = exchange(proxy.listen, raw.as_bytes(), Duration::from_secs(3)).await;
+    assert!(got.starts_with("HTTP/1.1 400") && got.contains("x-bulkhead-reason: bad-host"), "{got:?}");
+    // CONNECT would have the upstream open a tunnel where the client says.
+    let raw = "CONNECT evil.example:443 HTTP/1.1\r\nhost: evil.example:443\r\nx-class: search\r\n\r\n";
+    let (got, _) = exchange(proxy.listen, raw.as_bytes(), Duration::from_secs(3)).await;
+    assert!(got.starts_with("HTTP/1.1 400") && got.contains("x-bulkhead-reason: connect"), "{got:?}");
+}
+
+/// An allowed upgrade keeps its `Connection` header, but only as the
+/// handshake: the client's other tokens would have a proxy behind this one
+/// remove the class header (and Host) that this one set.
+#[tokio::test]
+async fn an_upgrade_forwards_connection_as_the_handshake_only() {
+    let up = Upstream::start().await;
+    let config = ConfigDir::new(&pools(5));
+    let url = up.url();
+    let proxy = Proxy::start(config.path(), &args(&url, &[])).await;
+    // The upstream answers 200 (no switch), echoing the head it got.
+    let seen = echo(
+        &proxy,
+        "GET /headers HTTP/1.1\r\nhost: shop\r\nx-class: search\r\nupgrade: websocket\r\n\
+         connection: upgrade, x-class, host, x-forwarded-for\r\n\r\n",
+    )
+    .await;
+    assert_eq!(lines_named(&seen, "connection"), ["connection: upgrade"], "{seen}");
+    assert_eq!(lines_named(&seen, "upgrade"), ["upgrade: websocket"], "{seen}");
+    assert_eq!(lines_named(&seen, "x-class"), ["x-class: search"], "{seen}");
+    assert_eq!(lines_named(&seen, "host"), ["host: shop"], "{seen}");
 }
 
 /// Servlet containers drop `;params` from each segment before routing:
