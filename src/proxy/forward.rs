@@ -32,6 +32,7 @@ use super::{
     idle::{self, IdleBody},
     layer::HoldPermit,
     reject::{is_grpc, REASON_HEADER},
+    upload::Upload,
 };
 
 /// The body the proxy answers with: the upstream's, or empty (502, 504, 408).
@@ -213,8 +214,14 @@ impl Forward {
         // Only a body that can carry data can stall (a GET's cannot): no flag to allocate then.
         let idle = self.limits.idle_timeout;
         let stalled = (!idle.is_zero() && !http_body::Body::is_end_stream(&body)).then(Arc::<AtomicBool>::default);
-        // A class header sent as a trailer would reach the upstream past every check of the head.
-        let body = IdleBody::new(body, idle, stalled.clone()).without_in_trailers(&self.class_headers);
+        // A body that can carry data can carry trailers, and can outlast the response.
+        let (hand_off, body) = if http_body::Body::is_end_stream(&body) {
+            (None, Upload::new(IdleBody::new(body, idle, None), None, None))
+        } else {
+            let (holder, slot) = HoldPermit::new();
+            let trailers = Some(Arc::clone(&self.class_headers));
+            (Some(holder), Upload::new(IdleBody::new(body, idle, stalled.clone()), trailers, Some(slot)))
+        };
         let req = Request::from_parts(parts, body);
         let inner = match &self.via {
             Via::H1(h1) => Pending::H1(Box::pin(Arc::clone(h1).send(req))),
@@ -228,6 +235,7 @@ impl Forward {
         let deadline = head.map(|d| Box::pin(tokio::time::sleep(d)));
         let end = max.map(|m| tokio::time::Instant::now() + m);
         ForwardFuture {
+            hand_off,
             state: State::Waiting {
                 inner,
                 inbound,
@@ -263,6 +271,9 @@ impl Forward {
 /// The forwarded request's answer; never fails (failures become a 502).
 pub struct ForwardFuture {
     state: State,
+    /// Put in the response: its permit goes to the request body if that is
+    /// still being sent when the response ends (see `upload`).
+    hand_off: Option<HoldPermit>,
 }
 
 /// The upstream's answer on its way.
@@ -313,7 +324,7 @@ enum State {
 
 impl ForwardFuture {
     fn ready(res: Response<ProxyBody>) -> Self {
-        ForwardFuture { state: State::Ready(Some(res)) }
+        ForwardFuture { state: State::Ready(Some(res)), hand_off: None }
     }
 }
 
@@ -321,6 +332,19 @@ impl Future for ForwardFuture {
     type Output = Result<Response<ProxyBody>, Infallible>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let Ok(mut res) = ready!(self.as_mut().answer(cx));
+        // A tunnel holds its permit itself (`splice`).
+        if res.status() != StatusCode::SWITCHING_PROTOCOLS {
+            if let Some(hand_off) = self.hand_off.take() {
+                res.extensions_mut().insert(hand_off);
+            }
+        }
+        Poll::Ready(Ok(res))
+    }
+}
+
+impl ForwardFuture {
+    fn answer(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Response<ProxyBody>, Infallible>> {
         // Every field is Unpin (the client's future is boxed).
         let (inner, inbound, drain, deadline, stalled, grpc, idle, end) = match &mut self.state {
             State::Ready(res) => {

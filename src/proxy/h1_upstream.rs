@@ -27,11 +27,11 @@ use hyper_util::rt::TokioIo;
 use super::{
     dial::{dial, DialError},
     head::copy_head,
-    idle::IdleBody,
+    upload::Upload,
 };
 
 /// A forwarded request's body: the client's, under the idle timeout.
-pub(super) type ClientBody = IdleBody<Incoming>;
+pub(super) type ClientBody = Upload;
 /// What goes to the upstream: the client's body, or none for a request sent again.
 type Outgoing = Either<ClientBody, Empty<Bytes>>;
 
@@ -299,6 +299,8 @@ mod tests {
 
     use super::*;
 
+    use crate::proxy::idle::IdleBody;
+
     /// An empty request body of the type the proxy forwards (hyper makes
     /// `Incoming` only for what it reads, so one is read off a connection).
     async fn empty_body() -> ClientBody {
@@ -309,7 +311,7 @@ mod tests {
         let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(client)).await.expect("handshake");
         tokio::spawn(conn);
         let res = send.send_request(Request::new(Empty::<Bytes>::new())).await.expect("response");
-        IdleBody::new(res.into_body(), Duration::ZERO, None)
+        Upload::new(IdleBody::new(res.into_body(), Duration::ZERO, None), None, None)
     }
 
     async fn get(authority: &Authority) -> Request<ClientBody> {

@@ -15,8 +15,6 @@ use std::{
 };
 
 use http_body::{Body, Frame, SizeHint};
-
-use super::class_headers::ClassHeaders;
 use pin_project_lite::pin_project;
 use tokio::{
     io::{AsyncRead, AsyncWrite, ReadBuf},
@@ -47,8 +45,6 @@ pin_project! {
         end: Option<Pin<Box<Sleep>>>,
         idle: Duration,
         stalled: Option<Arc<AtomicBool>>,
-        // Removed from the trailers, if any come.
-        not_in_trailers: Option<Arc<ClassHeaders>>,
     }
 }
 
@@ -56,15 +52,7 @@ impl<B: Body> IdleBody<B> {
     /// `idle` zero: never times out. A body known to be empty (a GET's) gets no timer.
     pub fn new(inner: B, idle: Duration, stalled: Option<Arc<AtomicBool>>) -> Self {
         let timed = !idle.is_zero() && !inner.is_end_stream();
-        Self { inner, timer: None, timed, moved: false, end: None, idle, stalled, not_in_trailers: None }
-    }
-
-    /// Remove these headers from the trailers. (A body known to be empty has none.)
-    pub(super) fn without_in_trailers(mut self, headers: &Arc<ClassHeaders>) -> Self {
-        if !self.inner.is_end_stream() {
-            self.not_in_trailers = Some(Arc::clone(headers));
-        }
-        self
+        Self { inner, timer: None, timed, moved: false, end: None, idle, stalled }
     }
 
     /// Also fail at `end`, however busy the body is.
@@ -87,13 +75,7 @@ where
         match this.inner.poll_frame(cx) {
             Poll::Ready(frame) => {
                 *this.moved = true;
-                let mut frame = frame.map(|f| f.map_err(Into::into));
-                if let (Some(Ok(frame)), Some(headers)) = (&mut frame, this.not_in_trailers.as_deref()) {
-                    if let Some(trailers) = frame.trailers_mut() {
-                        headers.remove(trailers);
-                    }
-                }
-                Poll::Ready(frame)
+                Poll::Ready(frame.map(|f| f.map_err(Into::into)))
             }
             Poll::Pending => {
                 if *this.timed {

@@ -25,6 +25,7 @@ pub mod reload;
 mod replay;
 mod server;
 mod stall;
+mod upload;
 
 // The admission core lives in its own crate, free of Kubernetes; the proxy
 // re-exports its modules so that `proxy::admission::Pool` and the rest keep

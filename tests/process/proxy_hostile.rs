@@ -239,9 +239,10 @@ async fn an_h2_stream_given_no_window_loses_its_slot_and_the_connection_goes_on(
 }
 
 /// A client that gives its streams no window at all (SETTINGS_INITIAL_WINDOW_SIZE
-/// 0) is never asked for a body's first frame: hyper waits for window before
-/// it polls. Such a stream once held its slot for as long as the client
-/// answered PINGs; it is reset after the idle timeout like any other.
+/// 0): hyper takes a body's first frame and waits for window to send it. A
+/// response whose first frame was its last was never asked again, so its
+/// slot was held for as long as the client answered PINGs; a larger one was
+/// given up by the watchdog. Both slots are free within the idle timeout.
 #[tokio::test]
 async fn an_h2_client_that_never_grants_a_window_loses_its_slots() {
     let up = Upstream::start().await;
@@ -254,8 +255,9 @@ async fn an_h2_client_that_never_grants_a_window_loses_its_slots() {
     tokio::spawn(conn);
     let mut h2 = h2.ready().await.expect("ready");
     let mut responses = Vec::new();
-    for _ in 0..2 {
-        let req = Request::get(format!("http://{}/large", proxy.listen))
+    let started = Instant::now();
+    for path in ["/", "/large"] {
+        let req = Request::get(format!("http://{}{path}", proxy.listen))
             .header("x-class", "control-plane")
             .body(())
             .expect("req");
@@ -264,12 +266,48 @@ async fn an_h2_client_that_never_grants_a_window_loses_its_slots() {
         assert_eq!(res.status(), 200);
         responses.push(res);
     }
-    in_flight_is(&proxy, "control-plane", 2).await;
-    let started = Instant::now();
     slots_free(&proxy, "control-plane").await;
     assert!(started.elapsed() < Duration::from_secs(5), "the slots were held {:?}", started.elapsed());
     let res = send(&http1(), request(&proxy.url("/"), Some("control-plane"))).await;
     assert_eq!(res.status(), 200);
+}
+
+/// An upstream may answer before it has read the request body; the upload
+/// goes on upstream all the same. Its slot was freed with the response, so a
+/// class's ceiling no longer bounded its uploads (500 streams on one
+/// connection took 360 upstream connections with nothing in flight). The
+/// slot is now held until the upload ends, or idles out.
+#[tokio::test]
+async fn an_upload_that_outlasts_its_response_keeps_its_slot() {
+    let up = Upstream::start().await;
+    let config = ConfigDir::new(&pools(5));
+    let url = up.url();
+    for protocol in ["http1", "h2c"] {
+        let proxy =
+            Proxy::start(config.path(), &args(&url, &["--upstream-protocol", protocol, "--idle-timeout", "1s"])).await;
+        let mut tcp = TcpStream::connect(proxy.listen).await.expect("connect");
+        let head = "POST /early HTTP/1.1\r\nhost: shop\r\nx-class: checkout\r\ncontent-length: 20\r\n\r\n0123456789";
+        tcp.write_all(head.as_bytes()).await.expect("head");
+        let mut got = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !String::from_utf8_lossy(&got).ends_with("early") {
+            let n = tokio::time::timeout(WAIT, tcp.read(&mut buf)).await.expect("an answer in time").expect("read");
+            assert!(n > 0, "closed: {:?}", String::from_utf8_lossy(&got));
+            got.extend_from_slice(&buf[..n]);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(proxy.in_flight("checkout").await, 1.0, "{protocol}: the upload lost its slot with the response");
+        tcp.write_all(b"0123456789").await.expect("the rest");
+        slots_free(&proxy, "checkout").await;
+        // An upload that stops is cut by the idle timeout, and gives its slot back then.
+        let mut tcp = TcpStream::connect(proxy.listen).await.expect("connect");
+        tcp.write_all(head.as_bytes()).await.expect("head");
+        let started = Instant::now();
+        in_flight_is(&proxy, "checkout", 1).await;
+        slots_free(&proxy, "checkout").await;
+        let held = started.elapsed();
+        assert!(held >= Duration::from_millis(800) && held < Duration::from_secs(5), "{protocol}: held {held:?}");
+    }
 }
 
 /// A response body the upstream stops sending is cut after the idle timeout

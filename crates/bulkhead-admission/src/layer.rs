@@ -67,8 +67,10 @@ impl<C> Gate<C> {
 }
 
 /// Put in a response's extensions by a service whose work goes on after the
-/// response ends (an upgraded connection): the permit is sent there instead
-/// of into the body, and is held until the receiver drops it.
+/// response: for a 101 (an upgraded connection) the permit is sent there at
+/// once instead of into the body; otherwise (a request body still being
+/// sent upstream) when the response body ends. The receiver holds it until
+/// it drops it.
 #[derive(Clone, Debug)]
 pub struct HoldPermit(Arc<Mutex<Option<oneshot::Sender<Permit>>>>);
 
@@ -97,18 +99,20 @@ pin_project! {
         #[pin]
         inner: Option<B>,
         permit: Option<Permit>,
+        // Where the permit goes when the body ends, if anyone still holds it there.
+        holder: Option<HoldPermit>,
     }
 }
 
 impl<B> PermitBody<B> {
     /// `inner`, holding `permit` until it ends.
     pub fn new(inner: B, permit: Option<Permit>) -> Self {
-        Self { inner: Some(inner), permit }
+        Self { inner: Some(inner), permit, holder: None }
     }
 
     /// A body with no data and no slot (a rejection's).
     pub fn empty() -> Self {
-        Self { inner: None, permit: None }
+        Self { inner: None, permit: None, holder: None }
     }
 }
 
@@ -118,10 +122,16 @@ impl<B: Body> Body for PermitBody<B> {
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
         let this = self.project();
-        let Some(inner) = this.inner.as_pin_mut() else { return Poll::Ready(None) };
-        let frame = ready!(inner.poll_frame(cx));
-        if !matches!(frame, Some(Ok(_))) {
-            // The body ended (or broke): the slot is free from now on.
+        let Some(mut inner) = this.inner.as_pin_mut() else { return Poll::Ready(None) };
+        let frame = ready!(inner.as_mut().poll_frame(cx));
+        // The body ended (or broke): the slot is free from now on. So it is after the last
+        // frame: the server may hold that frame for a client that gives it no room (an
+        // HTTP/2 stream with no window) and never ask for the end.
+        if !matches!(frame, Some(Ok(_))) || inner.is_end_stream() {
+            if let (Some(permit), Some(holder)) = (this.permit.take(), this.holder.take()) {
+                // Dropped here (the slot freed) if nobody holds it there any more.
+                drop(holder.hold(permit));
+            }
             *this.permit = None;
         }
         Poll::Ready(frame)
@@ -173,13 +183,14 @@ where
             ResponseProj::Admitted { inner, permit } => {
                 let mut res = ready!(inner.poll(cx))?;
                 let mut permit = permit.take();
+                let mut holder = res.extensions_mut().remove::<HoldPermit>();
                 if res.status() == StatusCode::SWITCHING_PROTOCOLS {
-                    if let Some(holder) = res.extensions_mut().remove::<HoldPermit>() {
+                    if let Some(holder) = holder.take() {
                         // If the holder is gone already, the permit comes back and ends with the body.
                         permit = permit.and_then(|p| holder.hold(p));
                     }
                 }
-                Poll::Ready(Ok(res.map(|body| PermitBody::new(body, permit))))
+                Poll::Ready(Ok(res.map(|body| PermitBody { inner: Some(body), permit, holder })))
             }
             ResponseProj::Rejected { response } => {
                 let res = response.take().unwrap_or_else(|| Response::new(()));
@@ -348,5 +359,53 @@ mod tests {
         assert_eq!(in_use(&pool, "reports"), 0);
         let unclassified = svc.ready().await.expect("ready").call(Request::new(())).await.expect("response");
         assert_eq!(unclassified.headers()["x-bulkhead-reason"], "unclassified");
+    }
+
+    #[tokio::test]
+    async fn the_slot_is_free_once_the_last_frame_is_taken() {
+        let pool = Pool::new(example(), Unclassified::Reject).expect("valid");
+        let upstream = tower::service_fn(|_req: Request<()>| async {
+            Ok::<_, Infallible>(Response::new(http_body_util::Full::new(Bytes::from_static(b"ok"))))
+        });
+        let mut svc = AdmissionLayer::new(Arc::clone(&pool), class_header).layer(upstream);
+        let res = svc.ready().await.expect("ready").call(request("reports")).await.expect("response");
+        let mut body = res.into_body();
+        assert_eq!(in_use(&pool, "reports"), 1);
+        // A server that knows the body ended (is_end_stream) need not ask for the end: it may
+        // hold this frame for a client that gives it no room, for as long as that client likes.
+        let frame = body.frame().await.expect("a frame").expect("no error");
+        assert_eq!(frame.into_data().ok(), Some(Bytes::from_static(b"ok")));
+        assert!(body.is_end_stream());
+        assert_eq!(in_use(&pool, "reports"), 0, "released with the last frame, not when the body is dropped");
+    }
+
+    #[tokio::test]
+    async fn a_holder_in_the_response_takes_the_slot_when_the_body_ends() {
+        let pool = Pool::new(example(), Unclassified::Reject).expect("valid");
+        let (holder, held) = HoldPermit::new();
+        let holder = Arc::new(Mutex::new(Some(holder)));
+        let upstream = tower::service_fn(move |_req: Request<()>| {
+            let holder = holder.lock().expect("test lock").take();
+            async move {
+                let mut res = Response::new(http_body_util::Full::new(Bytes::from_static(b"ok")));
+                if let Some(holder) = holder {
+                    res.extensions_mut().insert(holder);
+                }
+                Ok::<_, Infallible>(res)
+            }
+        });
+        let mut svc = AdmissionLayer::new(Arc::clone(&pool), class_header).layer(upstream);
+        let res = svc.ready().await.expect("ready").call(request("reports")).await.expect("response");
+        let mut body = res.into_body();
+        body.frame().await.expect("a frame").expect("no error");
+        drop(body);
+        assert_eq!(in_use(&pool, "reports"), 1, "the work after the response (an upload) holds the slot");
+        drop(held);
+        assert_eq!(in_use(&pool, "reports"), 0);
+        // With the holder gone before the body ends, the slot is freed with the body.
+        let (holder, held) = HoldPermit::new();
+        drop(held);
+        let permit = pool.admit(Some(b"reports")).expect("a slot");
+        assert!(holder.hold(permit).is_some(), "nobody to hold it: it comes back");
     }
 }
