@@ -3,12 +3,18 @@
 //! carries no stream would otherwise stay open for ever and count against
 //! `--max-connections`. (An idle HTTP/1.1 connection already waits for its
 //! next request head under `--header-timeout`.)
+//!
+//! And its stall timer: responses handed to hyper that the client takes
+//! nothing of. hyper holds a frame it cannot send (an HTTP/2 stream with no
+//! window) and never polls again, so neither the body's timers nor the
+//! watchdog (`stall`) can end such a stream; only closing the connection
+//! frees it. 1,000 such streams held 30 MB on one connection.
 
 use std::{
     future::Future,
     pin::Pin,
     sync::{
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicU32, AtomicU64, Ordering},
         Arc,
     },
     task::{ready, Context, Poll},
@@ -33,6 +39,11 @@ pub(super) struct Activity {
     /// Raised when the connection must be closed at once (an HTTP/1.1
     /// response given up on: nothing else can go on it).
     closing: Arc<Notify>,
+    /// Responses handed to hyper and not yet ended.
+    streaming: AtomicU32,
+    /// Milliseconds from `start` to when hyper last took a response frame
+    /// (or was handed a response).
+    taken: AtomicU64,
 }
 
 const ONE: u64 = 1 << 32;
@@ -40,13 +51,41 @@ const MILLIS: u64 = ONE - 1;
 
 impl Activity {
     pub(super) fn new() -> Arc<Self> {
-        Arc::new(Activity { start: Instant::now(), state: AtomicU64::new(0), closing: Arc::new(Notify::new()) })
+        Arc::new(Activity {
+            start: Instant::now(),
+            state: AtomicU64::new(0),
+            closing: Arc::new(Notify::new()),
+            streaming: AtomicU32::new(0),
+            taken: AtomicU64::new(0),
+        })
+    }
+
+    fn took(&self) {
+        self.taken.store(self.millis(), Ordering::Relaxed);
+    }
+
+    /// Resolves once responses have waited for `stall` with the client taking
+    /// nothing of any of them.
+    pub(super) async fn stalled_for(&self, stall: Duration) {
+        let stall_ms = u64::try_from(stall.as_millis()).unwrap_or(MILLIS);
+        loop {
+            let wait = if self.streaming.load(Ordering::Relaxed) == 0 {
+                stall
+            } else {
+                let quiet = self.millis().wrapping_sub(self.taken.load(Ordering::Relaxed)) & MILLIS;
+                if quiet >= stall_ms {
+                    return;
+                }
+                Duration::from_millis(stall_ms - quiet)
+            };
+            tokio::time::sleep(wait).await;
+        }
     }
 
     /// Count a request until the guard is dropped (its response body ended).
     pub(super) fn begin(self: &Arc<Self>) -> Active {
         self.state.fetch_add(ONE, Ordering::Relaxed);
-        Active(Arc::clone(self))
+        Active { activity: Arc::clone(self), streaming: false }
     }
 
     fn end(&self) {
@@ -87,11 +126,27 @@ impl Activity {
 
 /// One request counted on its connection.
 #[derive(Debug)]
-pub(super) struct Active(Arc<Activity>);
+pub(super) struct Active {
+    activity: Arc<Activity>,
+    /// Its response was handed to hyper.
+    streaming: bool,
+}
+
+impl Active {
+    /// The response is handed to hyper: count it for the stall timer.
+    fn streaming(&mut self) {
+        self.streaming = true;
+        self.activity.streaming.fetch_add(1, Ordering::Relaxed);
+        self.activity.took();
+    }
+}
 
 impl Drop for Active {
     fn drop(&mut self) {
-        self.0.end();
+        if self.streaming {
+            self.activity.streaming.fetch_sub(1, Ordering::Relaxed);
+        }
+        self.activity.end();
     }
 }
 
@@ -123,8 +178,11 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let res = ready!(this.inner.poll(cx))?;
-        let active = this.active.take();
-        let close = active.as_ref().filter(|_| *this.http1).map(|a| Arc::clone(&a.0.closing));
+        let mut active = this.active.take();
+        if let Some(active) = &mut active {
+            active.streaming();
+        }
+        let close = active.as_ref().filter(|_| *this.http1).map(|a| Arc::clone(&a.activity.closing));
         let idle = *this.idle;
         Poll::Ready(Ok(res.map(|inner| CountedBody { inner: Watched::new(inner, idle, close), active })))
     }
@@ -148,6 +206,8 @@ impl<B: Body> Body for CountedBody<B> {
         let frame = ready!(this.inner.poll_frame(cx));
         if !matches!(frame, Some(Ok(_))) {
             *this.active = None;
+        } else if let Some(active) = this.active {
+            active.activity.took();
         }
         Poll::Ready(frame)
     }
@@ -185,5 +245,24 @@ mod tests {
         drop(y);
         a.idle_for(idle).await;
         assert_eq!(started.elapsed().as_secs(), 10);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stalled_only_while_responses_wait_and_the_client_takes_nothing() {
+        let a = Activity::new();
+        let stall = Duration::from_secs(10);
+        // A request waiting for its upstream (no response handed over) is not a stall.
+        let mut waiting = a.begin();
+        let waited = tokio::time::timeout(Duration::from_secs(30), a.stalled_for(stall)).await;
+        assert!(waited.is_err(), "stalled with no response handed over");
+        waiting.streaming();
+        tokio::time::advance(Duration::from_secs(6)).await;
+        a.took();
+        let started = Instant::now();
+        a.stalled_for(stall).await;
+        assert_eq!(started.elapsed().as_secs(), 10, "from the last frame taken");
+        drop(waiting);
+        let waited = tokio::time::timeout(Duration::from_secs(30), a.stalled_for(stall)).await;
+        assert!(waited.is_err(), "stalled with nothing handed over");
     }
 }

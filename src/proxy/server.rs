@@ -277,6 +277,13 @@ pub(super) async fn accept(
                 }
                 // An HTTP/1.1 response given up on (`stall`): nothing else can use the connection.
                 () = activity.closed() => Ok(()),
+                // Responses wait and the client takes nothing of any: streams hyper holds for
+                // window end only with the connection. Twice the idle timeout, so that the
+                // watchdog gives up a stalled stream first and the connection's others go on.
+                () = stalled_for(&activity, idle) => {
+                    tracing::debug!(%peer, "the client took nothing of its responses for twice the idle timeout: closed");
+                    Ok(())
+                }
                 () = idle_for(&activity, idle) => {
                     // HTTP/2: GOAWAY, then close; nothing is in flight to wait for.
                     served.as_mut().graceful_shutdown();
@@ -320,6 +327,14 @@ async fn detectable(stream: &tokio::net::TcpStream) {
             _ => return,
         }
     }
+}
+
+/// Never resolves when `idle` is zero.
+async fn stalled_for(activity: &Activity, idle: Duration) {
+    if idle.is_zero() {
+        return std::future::pending().await;
+    }
+    activity.stalled_for(idle.saturating_mul(2)).await;
 }
 
 /// Never resolves when `idle` is zero.

@@ -242,7 +242,8 @@ async fn an_h2_stream_given_no_window_loses_its_slot_and_the_connection_goes_on(
 /// 0): hyper takes a body's first frame and waits for window to send it. A
 /// response whose first frame was its last was never asked again, so its
 /// slot was held for as long as the client answered PINGs; a larger one was
-/// given up by the watchdog. Both slots are free within the idle timeout.
+/// given up by the watchdog. Both slots are free within the idle timeout, and
+/// the connection (whose streams hyper holds) is closed after twice that.
 #[tokio::test]
 async fn an_h2_client_that_never_grants_a_window_loses_its_slots() {
     let up = Upstream::start().await;
@@ -252,7 +253,7 @@ async fn an_h2_client_that_never_grants_a_window_loses_its_slots() {
     let tcp = TcpStream::connect(proxy.listen).await.expect("connect");
     let (h2, conn) =
         h2::client::Builder::new().initial_window_size(0).handshake::<_, bytes::Bytes>(tcp).await.expect("handshake");
-    tokio::spawn(conn);
+    let conn = tokio::spawn(conn);
     let mut h2 = h2.ready().await.expect("ready");
     let mut responses = Vec::new();
     let started = Instant::now();
@@ -270,6 +271,12 @@ async fn an_h2_client_that_never_grants_a_window_loses_its_slots() {
     assert!(started.elapsed() < Duration::from_secs(5), "the slots were held {:?}", started.elapsed());
     let res = send(&http1(), request(&proxy.url("/"), Some("control-plane"))).await;
     assert_eq!(res.status(), 200);
+    // The streams themselves end only with the connection (hyper holds their frames for
+    // window): it is closed once the client took nothing for twice the idle timeout.
+    tokio::time::timeout(Duration::from_secs(5), conn).await.expect("the connection closed in time").ok();
+    let closed = started.elapsed();
+    assert!(closed >= Duration::from_millis(900), "closed after {closed:?}");
+    drop(responses);
 }
 
 /// An upstream may answer before it has read the request body; the upload
