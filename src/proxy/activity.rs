@@ -41,9 +41,9 @@ pub(super) struct Activity {
     closing: Arc<Notify>,
     /// Responses handed to hyper and not yet ended.
     streaming: AtomicU32,
-    /// Milliseconds from `start` to when hyper last took a response frame
-    /// (or was handed a response).
-    taken: AtomicU64,
+    /// Responses handed to hyper and response frames it took, ever: the
+    /// stall timer sees whether it moved (no clock read per frame).
+    moved: AtomicU64,
 }
 
 const ONE: u64 = 1 << 32;
@@ -56,29 +56,28 @@ impl Activity {
             state: AtomicU64::new(0),
             closing: Arc::new(Notify::new()),
             streaming: AtomicU32::new(0),
-            taken: AtomicU64::new(0),
+            moved: AtomicU64::new(0),
         })
     }
 
     fn took(&self) {
-        self.taken.store(self.millis(), Ordering::Relaxed);
+        self.moved.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Resolves once responses have waited for `stall` with the client taking
-    /// nothing of any of them.
+    /// Resolves once responses have waited for a whole `stall` (between `stall`
+    /// and twice that after the client last took anything) with the client
+    /// taking nothing of any of them, and no other request in flight: one
+    /// still waiting for its head (a long poll, an upload) is the client's
+    /// and the upstream's business, not a stall.
     pub(super) async fn stalled_for(&self, stall: Duration) {
-        let stall_ms = u64::try_from(stall.as_millis()).unwrap_or(MILLIS);
         loop {
-            let wait = if self.streaming.load(Ordering::Relaxed) == 0 {
-                stall
-            } else {
-                let quiet = self.millis().wrapping_sub(self.taken.load(Ordering::Relaxed)) & MILLIS;
-                if quiet >= stall_ms {
-                    return;
-                }
-                Duration::from_millis(stall_ms - quiet)
-            };
-            tokio::time::sleep(wait).await;
+            let before = self.moved.load(Ordering::Relaxed);
+            tokio::time::sleep(stall).await;
+            let streaming = u64::from(self.streaming.load(Ordering::Relaxed));
+            let in_flight = self.state.load(Ordering::Relaxed) >> 32;
+            if streaming > 0 && streaming == in_flight && self.moved.load(Ordering::Relaxed) == before {
+                return;
+            }
         }
     }
 
@@ -256,12 +255,19 @@ mod tests {
         let waited = tokio::time::timeout(Duration::from_secs(30), a.stalled_for(stall)).await;
         assert!(waited.is_err(), "stalled with no response handed over");
         waiting.streaming();
-        tokio::time::advance(Duration::from_secs(6)).await;
-        a.took();
         let started = Instant::now();
-        a.stalled_for(stall).await;
-        assert_eq!(started.elapsed().as_secs(), 10, "from the last frame taken");
-        drop(waiting);
+        let stalled = a.stalled_for(stall);
+        tokio::pin!(stalled);
+        // A frame taken 6 s in: the first whole quiet interval ends at 20 s.
+        assert!(tokio::time::timeout(Duration::from_secs(6), stalled.as_mut()).await.is_err());
+        a.took();
+        stalled.await;
+        assert_eq!(started.elapsed().as_secs(), 20, "a whole interval with nothing taken");
+        // A request waiting for its head beside a stalled response: not a stall.
+        let other = a.begin();
+        let waited = tokio::time::timeout(Duration::from_secs(30), a.stalled_for(stall)).await;
+        assert!(waited.is_err(), "stalled with another request in flight");
+        drop((waiting, other));
         let waited = tokio::time::timeout(Duration::from_secs(30), a.stalled_for(stall)).await;
         assert!(waited.is_err(), "stalled with nothing handed over");
     }

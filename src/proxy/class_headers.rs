@@ -57,11 +57,12 @@ impl ClassHeaders {
     }
 
     /// Remove the fields that are a class header with some `-` spelled `_`.
-    /// One pass over the names (no field has a `_`, as a rule), no allocation then.
+    /// One pass over the names, comparing lengths first (such a field is
+    /// rare), no allocation then.
     fn remove_underscored(&self, headers: &mut HeaderMap) {
         let spelled = |key: &HeaderName| {
             let key = key.as_str().as_bytes();
-            key.contains(&b'_') && self.names.iter().any(|n| underscored(key, n.as_str().as_bytes()))
+            self.names.iter().any(|n| underscored(key, n.as_str().as_bytes()))
         };
         if !headers.keys().any(spelled) {
             return;
@@ -80,7 +81,7 @@ impl ClassHeaders {
 
 /// `key` is `name` with one or more `-` spelled `_`.
 fn underscored(key: &[u8], name: &[u8]) -> bool {
-    key.len() == name.len() && key.iter().zip(name).all(|(k, n)| k == n || (*k == b'_' && *n == b'-'))
+    key.len() == name.len() && key != name && key.iter().zip(name).all(|(k, n)| k == n || (*k == b'_' && *n == b'-'))
 }
 
 #[cfg(test)]

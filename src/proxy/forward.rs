@@ -129,7 +129,7 @@ impl Forward {
         let authority = upstream.authority.clone();
         let via = match protocol {
             UpstreamProtocol::Http1 => Via::H1(H1Upstream::new(authority, CONNECT_TIMEOUT)),
-            UpstreamProtocol::H2c => Via::H2(H2Upstream::new(authority, CONNECT_TIMEOUT)),
+            UpstreamProtocol::H2c => Via::H2(H2Upstream::new(authority, CONNECT_TIMEOUT, limits.idle_timeout)),
         };
         Self { via, upstream, limits, class_headers, drain }
     }

@@ -59,6 +59,9 @@ pub(super) struct H2Upstream {
     connecting: tokio::sync::Mutex<Dialing>,
     /// What request bodies kept to be sent again may hold at once.
     replay: Arc<ReplayBudget>,
+    /// `--idle-timeout`: how long a request body may wait for the upstream's
+    /// window (zero: no limit).
+    idle: Duration,
 }
 
 #[derive(Debug, Default)]
@@ -74,13 +77,14 @@ struct Dialing {
 const DIAL_BACKOFF: Duration = Duration::from_secs(1);
 
 impl H2Upstream {
-    pub(super) fn new(authority: Authority, connect_timeout: Duration) -> Arc<Self> {
+    pub(super) fn new(authority: Authority, connect_timeout: Duration, idle: Duration) -> Arc<Self> {
         Arc::new(H2Upstream {
             authority,
             connect_timeout,
             pool: Arc::default(),
             connecting: tokio::sync::Mutex::default(),
             replay: ReplayBudget::new(REPLAY_BUDGET),
+            idle,
         })
     }
 
@@ -238,11 +242,15 @@ impl H2Upstream {
         loop {
             let (response, stream, slot) = self.open(&head, false).await?;
             let answered = body.answered();
-            let piping = tokio::spawn(pipe(body, stream));
+            let piping = tokio::spawn(pipe(body, stream, self.idle));
+            // Dropped with this future (a 504, a client gone) before the head came: the pipe
+            // ends too, and with it the upstream stream (RST_STREAM CANCEL).
+            let abort = AbortOnDrop(Some(piping.abort_handle()));
             let e = match response.await {
                 Ok(res) => {
-                    // No sending again from here: what was kept is let go.
+                    // No sending again from here: what was kept is let go. The body goes on.
                     answered.store(true, Ordering::Relaxed);
+                    abort.disarm();
                     return Ok(into_response(res, slot));
                 }
                 Err(e) => e,
@@ -326,10 +334,28 @@ fn into_response(res: Response<h2::RecvStream>, slot: StreamSlot) -> Response<H2
     res.map(|recv| H2Body { recv, data_done: false, _slot: slot })
 }
 
+/// Aborts a task when dropped, unless disarmed.
+struct AbortOnDrop(Option<tokio::task::AbortHandle>);
+
+impl AbortOnDrop {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(task) = self.0.take() {
+            task.abort();
+        }
+    }
+}
+
 /// Copy a request body into its stream, within the peer's flow control; a
-/// body that fails (the client stalled) resets the stream. The body is given
-/// back (unless it failed), to be sent again if the stream was refused.
-async fn pipe<B>(mut body: Replayable<B>, mut stream: h2::SendStream<Bytes>) -> Option<Replayable<B>>
+/// body that fails (the client stalled), or an upstream that gives it no
+/// window for `idle`, resets the stream. The body is given back (unless it
+/// failed), to be sent again if the stream was refused.
+async fn pipe<B>(mut body: Replayable<B>, mut stream: h2::SendStream<Bytes>, idle: Duration) -> Option<Replayable<B>>
 where
     B: Body<Data = Bytes> + Unpin,
     B::Error: Into<BoxError> + Send,
@@ -358,7 +384,21 @@ where
             Ok(mut data) => {
                 while data.has_remaining() {
                     stream.reserve_capacity(data.len());
-                    let room = match std::future::poll_fn(|cx| stream.poll_capacity(cx)).await {
+                    let capacity = std::future::poll_fn(|cx| stream.poll_capacity(cx));
+                    let room = if idle.is_zero() {
+                        capacity.await
+                    } else {
+                        match tokio::time::timeout(idle, capacity).await {
+                            Ok(room) => room,
+                            Err(_) => {
+                                // The upstream took nothing for the idle timeout: the upload ends,
+                                // and with it whatever slot it holds.
+                                stream.send_reset(h2::Reason::CANCEL);
+                                return None;
+                            }
+                        }
+                    };
+                    let room = match room {
                         Some(Ok(n)) => n,
                         _ => return Some(body),
                     };

@@ -279,6 +279,46 @@ async fn an_h2_client_that_never_grants_a_window_loses_its_slots() {
     drop(responses);
 }
 
+/// A connection is closed for a stall only when every request on it is a
+/// response the client takes nothing of: a stream the client stopped
+/// reading must not take down an upload still going on the same connection.
+#[tokio::test]
+async fn a_stalled_stream_does_not_close_a_connection_with_an_upload_going_on() {
+    let up = Upstream::start().await;
+    let config = ConfigDir::new(&pools(5));
+    let url = up.url();
+    let proxy = Proxy::start(config.path(), &args(&url, &["--idle-timeout", "500ms"])).await;
+    // A connection window larger than the stalled stream's, as real clients have: the
+    // unread stream fills its own window, not the connection's.
+    let tcp = TcpStream::connect(proxy.listen).await.expect("connect");
+    let (h2, conn) = h2::client::Builder::new()
+        .initial_connection_window_size(16 << 20)
+        .handshake::<_, bytes::Bytes>(tcp)
+        .await
+        .expect("handshake");
+    tokio::spawn(conn);
+    let mut h2 = h2.ready().await.expect("ready");
+    let flood =
+        Request::get(format!("http://{}/flood", proxy.listen)).header("x-class", "search").body(()).expect("req");
+    let (stalled, _) = h2.send_request(flood, true).expect("send");
+    let stalled = tokio::time::timeout(WAIT, stalled).await.expect("a head in time").expect("a response");
+    let upload =
+        Request::post(format!("http://{}/body", proxy.listen)).header("x-class", "checkout").body(()).expect("req");
+    let (res, mut body) = h2.ready().await.expect("ready").send_request(upload, false).expect("send");
+    // A byte every 100 ms for 3 s: six times the idle timeout, never idle itself.
+    for _ in 0..30 {
+        body.send_data(bytes::Bytes::from_static(b"x"), false).expect("the connection is still open");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    body.send_data(bytes::Bytes::new(), true).expect("end");
+    let res = tokio::time::timeout(WAIT, res).await.expect("in time").expect("the upload's answer");
+    assert_eq!(res.status(), 200);
+    let mut answer = res.into_body();
+    let length = tokio::time::timeout(WAIT, answer.data()).await.expect("in time").expect("data").expect("data");
+    assert_eq!(&length[..], b"30");
+    drop(stalled);
+}
+
 /// An upstream may answer before it has read the request body; the upload
 /// goes on upstream all the same. Its slot was freed with the response, so a
 /// class's ceiling no longer bounded its uploads (500 streams on one
@@ -289,15 +329,19 @@ async fn an_upload_that_outlasts_its_response_keeps_its_slot() {
     let up = Upstream::start().await;
     let config = ConfigDir::new(&pools(5));
     let url = up.url();
-    for protocol in ["http1", "h2c"] {
+    // An empty answer too: hyper drops a body that is empty from the start without reading it.
+    for (protocol, path) in [("http1", "/early"), ("h2c", "/early"), ("http1", "/early0"), ("h2c", "/early0")] {
         let proxy =
             Proxy::start(config.path(), &args(&url, &["--upstream-protocol", protocol, "--idle-timeout", "1s"])).await;
         let mut tcp = TcpStream::connect(proxy.listen).await.expect("connect");
-        let head = "POST /early HTTP/1.1\r\nhost: shop\r\nx-class: checkout\r\ncontent-length: 20\r\n\r\n0123456789";
+        let head =
+            format!("POST {path} HTTP/1.1\r\nhost: shop\r\nx-class: checkout\r\ncontent-length: 20\r\n\r\n0123456789");
+        let protocol = format!("{protocol} {path}");
         tcp.write_all(head.as_bytes()).await.expect("head");
         let mut got = Vec::new();
         let mut buf = [0u8; 1024];
-        while !String::from_utf8_lossy(&got).ends_with("early") {
+        let end = if path == "/early" { "early" } else { "\r\n\r\n" };
+        while !String::from_utf8_lossy(&got).ends_with(end) {
             let n = tokio::time::timeout(WAIT, tcp.read(&mut buf)).await.expect("an answer in time").expect("read");
             assert!(n > 0, "closed: {:?}", String::from_utf8_lossy(&got));
             got.extend_from_slice(&buf[..n]);
@@ -315,6 +359,52 @@ async fn an_upload_that_outlasts_its_response_keeps_its_slot() {
         let held = started.elapsed();
         assert!(held >= Duration::from_millis(800) && held < Duration::from_secs(5), "{protocol}: held {held:?}");
     }
+}
+
+/// An h2c upstream that answers at once and then gives the upload no window
+/// (SETTINGS_INITIAL_WINDOW_SIZE 0, never a WINDOW_UPDATE): the upload that
+/// holds the slot once waited for window for ever; it is reset after the
+/// idle timeout, and the slot freed.
+#[tokio::test]
+async fn an_h2c_upstream_that_gives_an_upload_no_window_cannot_hold_its_slot() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let upstream = format!("http://{}", listener.local_addr().expect("addr"));
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let Ok(mut conn) = h2::server::Builder::new().initial_window_size(0).handshake(tcp).await else {
+                    return;
+                };
+                let mut streams = Vec::new();
+                while let Some(Ok((req, mut respond))) = conn.accept().await {
+                    if let Ok(mut send) = respond.send_response(http::Response::new(()), false) {
+                        let _ = send.send_data(bytes::Bytes::from_static(b"early"), true);
+                    }
+                    // The request body is kept, never read: its window never opens.
+                    streams.push(req);
+                }
+            });
+        }
+    });
+    let config = ConfigDir::new(&pools(5));
+    let proxy =
+        Proxy::start(config.path(), &args(&upstream, &["--upstream-protocol", "h2c", "--idle-timeout", "500ms"])).await;
+    let mut tcp = TcpStream::connect(proxy.listen).await.expect("connect");
+    let head = "POST / HTTP/1.1\r\nhost: shop\r\nx-class: checkout\r\ncontent-length: 1000\r\n\r\n0123456789";
+    tcp.write_all(head.as_bytes()).await.expect("head");
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !String::from_utf8_lossy(&got).contains("early") {
+        let n = tokio::time::timeout(WAIT, tcp.read(&mut buf)).await.expect("an answer in time").expect("read");
+        assert!(n > 0, "closed: {:?}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    // The client stays (hyper may close its side: the slot must not wait for that either).
+    let started = Instant::now();
+    slots_free(&proxy, "checkout").await;
+    let held = started.elapsed();
+    println!("an upload given no window held its slot {held:?} past its response");
+    assert!(held < Duration::from_secs(5), "held {held:?}");
 }
 
 /// A response body the upstream stops sending is cut after the idle timeout

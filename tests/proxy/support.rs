@@ -107,8 +107,8 @@ pub(crate) const LARGE: usize = 2 << 20;
 /// when the test calls `release`; `/flood` streams as fast as it is read;
 /// `/large` answers [`LARGE`] bytes; `/slow` answers `ok` after 1.5 s;
 /// `…/headers` and `…/trailers` echo the request's head and trailers;
-/// `/take` reads the request body and never answers; `/early` answers before
-/// it reads the body;
+/// `/take` reads the request body and never answers; `/early` (`/early0`: empty)
+/// answers before it reads the body;
 /// anything else answers `ok` at once, echoing the x-forwarded-for it saw.
 pub(crate) struct Upstream {
     pub addr: SocketAddr,
@@ -178,12 +178,15 @@ async fn answer(
         // An answer whose head takes 1.5 s.
         tokio::time::sleep(Duration::from_millis(1500)).await;
     }
-    if req.uri().path() == "/early" {
+    if req.uri().path().starts_with("/early") {
         // Answers at once and reads the request body afterwards, as an application that
-        // refuses an upload (a 404, a 413) while its server drains the rest.
+        // refuses an upload (a 404, a 413) while its server drains the rest; `/early0`
+        // with an empty body.
+        let empty = req.uri().path() == "/early0";
         let body = req.into_body();
         tokio::spawn(async move { tokio::time::timeout(WAIT, body.collect()).await });
-        return Ok(Response::new(Full::new(Bytes::from_static(b"early")).boxed()));
+        let answer = if empty { Bytes::new() } else { Bytes::from_static(b"early") };
+        return Ok(Response::new(Full::new(answer).boxed()));
     }
     if req.uri().path() == "/take" {
         // Reads the whole request body, counts it, and never answers (bounded by WAIT).

@@ -98,21 +98,45 @@ pin_project! {
     pub struct PermitBody<B> {
         #[pin]
         inner: Option<B>,
-        permit: Option<Permit>,
-        // Where the permit goes when the body ends, if anyone still holds it there.
-        holder: Option<HoldPermit>,
+        slot: Slot,
+    }
+}
+
+/// A response's permit, and where it goes when the response is over: to the
+/// holder if one is there still (an upload that outlasts its response), or
+/// back to the pool. Also when the body is dropped unread: a server drops
+/// a body that is empty from the start without polling it.
+#[derive(Debug)]
+struct Slot {
+    permit: Option<Permit>,
+    holder: Option<HoldPermit>,
+}
+
+impl Slot {
+    fn release(&mut self) {
+        if let (Some(permit), Some(holder)) = (self.permit.take(), self.holder.take()) {
+            // Dropped here (the slot freed) if nobody holds it there any more.
+            drop(holder.hold(permit));
+        }
+        self.permit = None;
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.release();
     }
 }
 
 impl<B> PermitBody<B> {
     /// `inner`, holding `permit` until it ends.
     pub fn new(inner: B, permit: Option<Permit>) -> Self {
-        Self { inner: Some(inner), permit, holder: None }
+        Self { inner: Some(inner), slot: Slot { permit, holder: None } }
     }
 
     /// A body with no data and no slot (a rejection's).
     pub fn empty() -> Self {
-        Self { inner: None, permit: None, holder: None }
+        Self { inner: None, slot: Slot { permit: None, holder: None } }
     }
 }
 
@@ -128,11 +152,7 @@ impl<B: Body> Body for PermitBody<B> {
         // frame: the server may hold that frame for a client that gives it no room (an
         // HTTP/2 stream with no window) and never ask for the end.
         if !matches!(frame, Some(Ok(_))) || inner.is_end_stream() {
-            if let (Some(permit), Some(holder)) = (this.permit.take(), this.holder.take()) {
-                // Dropped here (the slot freed) if nobody holds it there any more.
-                drop(holder.hold(permit));
-            }
-            *this.permit = None;
+            this.slot.release();
         }
         Poll::Ready(frame)
     }
@@ -190,7 +210,7 @@ where
                         permit = permit.and_then(|p| holder.hold(p));
                     }
                 }
-                Poll::Ready(Ok(res.map(|body| PermitBody { inner: Some(body), permit, holder })))
+                Poll::Ready(Ok(res.map(|body| PermitBody { inner: Some(body), slot: Slot { permit, holder } })))
             }
             ResponseProj::Rejected { response } => {
                 let res = response.take().unwrap_or_else(|| Response::new(()));
