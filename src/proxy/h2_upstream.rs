@@ -7,7 +7,7 @@
 
 use std::{
     pin::Pin,
-    sync::{atomic::Ordering, Arc},
+    sync::Arc,
     task::{ready, Context, Poll},
     time::Duration,
 };
@@ -249,7 +249,7 @@ impl H2Upstream {
             let e = match response.await {
                 Ok(res) => {
                     // No sending again from here: what was kept is let go. The body goes on.
-                    answered.store(true, Ordering::Relaxed);
+                    answered.raise();
                     abort.disarm();
                     return Ok(into_response(res, slot));
                 }

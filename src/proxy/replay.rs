@@ -22,6 +22,7 @@ use std::{
 };
 
 use bytes::{Bytes, BytesMut};
+use futures::task::AtomicWaker;
 use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
 
@@ -81,7 +82,27 @@ pub(super) struct Replayable<B> {
     /// `body` ended (it may not be polled again).
     ended: bool,
     /// Raised once the upstream answered: nothing more is kept.
-    answered: Arc<AtomicBool>,
+    answered: Arc<Answered>,
+}
+
+/// Raised once the upstream answered. It wakes the body's task, so that what
+/// was kept is let go (and its budget given back) then, not at the body's
+/// next frame, which a paused client may not send for a long while.
+#[derive(Debug, Default)]
+pub(super) struct Answered {
+    raised: AtomicBool,
+    waker: AtomicWaker,
+}
+
+impl Answered {
+    pub(super) fn raise(&self) {
+        self.raised.store(true, Ordering::Release);
+        self.waker.wake();
+    }
+
+    fn is_raised(&self) -> bool {
+        self.raised.load(Ordering::Acquire)
+    }
 }
 
 /// A frame put back by `rewind`, to be sent again.
@@ -122,7 +143,7 @@ impl<B> Replayable<B> {
     }
 
     /// Raise it once the upstream answered: what was kept is let go.
-    pub(super) fn answered(&self) -> Arc<AtomicBool> {
+    pub(super) fn answered(&self) -> Arc<Answered> {
         Arc::clone(&self.answered)
     }
 
@@ -146,7 +167,7 @@ impl<B> Replayable<B> {
         if self.dropped {
             return;
         }
-        if self.answered.load(Ordering::Relaxed) {
+        if self.answered.is_raised() {
             return self.let_go();
         }
         if let Some(data) = frame.data_ref() {
@@ -201,6 +222,13 @@ where
         }
         if this.ended {
             return Poll::Ready(None);
+        }
+        if !this.dropped {
+            // Checked again after registering: a raise in between is not missed.
+            this.answered.waker.register(cx.waker());
+            if this.answered.is_raised() {
+                this.let_go();
+            }
         }
         let frame = std::task::ready!(Pin::new(&mut this.body).poll_frame(cx));
         match &frame {
@@ -300,10 +328,35 @@ mod tests {
         let mut b = Replayable::new(body(&[b"a", b"b"]), Arc::clone(&budget));
         next_data(&mut b).await;
         assert_eq!(budget.used(), 1);
-        b.answered().store(true, Ordering::Relaxed);
+        b.answered().raise();
         next_data(&mut b).await;
         assert_eq!(budget.used(), 0);
         assert!(b.rewind().is_none(), "the upstream answered");
+    }
+
+    #[tokio::test]
+    async fn what_was_kept_is_let_go_when_the_upstream_answers_though_the_body_waits() {
+        let budget = ReplayBudget::new(REPLAY_BUDGET);
+        let (tx, rx) = futures::channel::mpsc::unbounded::<Result<Frame<Bytes>, Infallible>>();
+        tx.unbounded_send(Ok(Frame::data(Bytes::from_static(b"kept")))).expect("open");
+        let mut b = Replayable::new(StreamBody::new(rx), Arc::clone(&budget));
+        let answered = b.answered();
+        let driving = tokio::spawn(async move {
+            next_data(&mut b).await;
+            // The client pauses: this waits for a frame that does not come.
+            next_data(&mut b).await;
+        });
+        while budget.used() == 0 {
+            tokio::task::yield_now().await;
+        }
+        answered.raise();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while budget.used() != 0 {
+            assert!(std::time::Instant::now() < deadline, "still kept after the answer");
+            tokio::task::yield_now().await;
+        }
+        driving.abort();
+        drop(tx);
     }
 
     #[tokio::test]
