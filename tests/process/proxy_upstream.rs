@@ -628,6 +628,88 @@ async fn a_refused_stream_is_sent_again_with_its_body_when_the_body_was_kept() {
     }
 }
 
+/// The copy of a request body kept for a replay is let go when the upstream
+/// answers. It once stayed until the body's next frame: 64 requests answered
+/// after their first 64 KiB, whose clients then paused, held the whole 4 MiB
+/// replay budget, and a small POST the upstream refused got a 502 instead of
+/// being sent again.
+#[tokio::test]
+async fn the_copy_kept_for_a_replay_is_let_go_when_the_upstream_answers() {
+    use std::sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    };
+    const HOGS: usize = 64;
+    const KEPT: usize = 64 << 10;
+    // Answers a stream once it has read 64 KiB of it (and goes on reading), refuses the
+    // first small body it sees whole, and answers later small ones with their length.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind upstream");
+    let addr = listener.local_addr().expect("addr");
+    let refused = Arc::new(AtomicBool::new(false));
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let refused = Arc::clone(&refused);
+            tokio::spawn(async move {
+                let Ok(mut conn) = h2::server::Builder::new().handshake::<_, bytes::Bytes>(tcp).await else { return };
+                while let Some(Ok((req, mut respond))) = conn.accept().await {
+                    let refused = Arc::clone(&refused);
+                    tokio::spawn(async move {
+                        let mut body = req.into_body();
+                        let mut read = 0;
+                        let mut answered = false;
+                        while let Some(Ok(data)) = body.data().await {
+                            read += data.len();
+                            let _ = body.flow_control().release_capacity(data.len());
+                            if read >= KEPT && !answered {
+                                answered = true;
+                                if let Ok(mut send) = respond.send_response(http::Response::new(()), false) {
+                                    let _ = send.send_data(bytes::Bytes::from_static(b"big"), true);
+                                }
+                            }
+                        }
+                        if answered {
+                            return;
+                        }
+                        if !refused.swap(true, Ordering::SeqCst) {
+                            respond.send_reset(h2::Reason::REFUSED_STREAM);
+                        } else if let Ok(mut send) = respond.send_response(http::Response::new(()), false) {
+                            let _ = send.send_data(bytes::Bytes::from(read.to_string()), true);
+                        }
+                    });
+                }
+            });
+        }
+    });
+    let config = ConfigDir::new(&wide_pools());
+    let url = format!("http://{addr}");
+    let proxy = Proxy::start(config.path(), &args(&url, &["--upstream-protocol", "h2c"])).await;
+    let mut hogs = Vec::with_capacity(HOGS);
+    for _ in 0..HOGS {
+        let mut tcp = TcpStream::connect(proxy.listen).await.expect("connect");
+        let mut raw =
+            b"POST /body HTTP/1.1\r\nhost: shop\r\nx-class: search\r\ncontent-length: 1000000\r\n\r\n".to_vec();
+        raw.extend(std::iter::repeat_n(b'x', KEPT));
+        tcp.write_all(&raw).await.expect("write");
+        // Answered after its first 64 KiB; the client then sends nothing more.
+        let mut got = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !String::from_utf8_lossy(&got).contains("big") {
+            let n = tokio::time::timeout(WAIT, tcp.read(&mut buf)).await.expect("an answer in time").expect("read");
+            assert!(n > 0, "closed: {:?}", String::from_utf8_lossy(&got));
+            got.extend_from_slice(&buf[..n]);
+        }
+        hogs.push(tcp);
+    }
+    let (got, _) = exchange(
+        proxy.listen,
+        b"POST /body HTTP/1.1\r\nhost: shop\r\nx-class: search\r\ncontent-length: 7\r\nconnection: close\r\n\r\nreplay!",
+        Duration::from_secs(5),
+    )
+    .await;
+    assert!(got.starts_with("HTTP/1.1 200") && got.ends_with("\r\n7\r\n0\r\n\r\n"), "{got:?}\n{}", proxy.log());
+    drop(hogs);
+}
+
 /// Answers every stream.
 const ANSWER_ALL: StreamPolicy =
     StreamPolicy { refuse_first: 0, refuse_with: 7, hang_up: false, answer_at_most: usize::MAX };
