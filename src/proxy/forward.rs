@@ -211,16 +211,16 @@ impl Forward {
         append_forwarded_for(&mut parts.headers, peer);
         // The listener speaks plain HTTP; a client's own claim is replaced.
         parts.headers.insert(FORWARDED_PROTO, HeaderValue::from_static("http"));
-        // Only a body that can carry data can stall (a GET's cannot): no flag to allocate then.
+        // Only a body that can carry data (a GET's cannot) can stall, carry trailers and
+        // outlast the response: nothing to allocate for the others.
         let idle = self.limits.idle_timeout;
-        let stalled = (!idle.is_zero() && !http_body::Body::is_end_stream(&body)).then(Arc::<AtomicBool>::default);
-        // A body that can carry data can carry trailers, and can outlast the response.
-        let (hand_off, body) = if http_body::Body::is_end_stream(&body) {
-            (None, Upload::new(IdleBody::new(body, idle, None), None, None))
+        let (stalled, hand_off, body) = if http_body::Body::is_end_stream(&body) {
+            (None, None, Upload::new(IdleBody::new(body, idle, None), None, None))
         } else {
+            let stalled = (!idle.is_zero()).then(Arc::<AtomicBool>::default);
             let (holder, slot) = HoldPermit::new();
             let trailers = Some(Arc::clone(&self.class_headers));
-            (Some(holder), Upload::new(IdleBody::new(body, idle, stalled.clone()), trailers, Some(slot)))
+            (stalled.clone(), Some(holder), Upload::new(IdleBody::new(body, idle, stalled), trailers, Some(slot)))
         };
         let req = Request::from_parts(parts, body);
         let inner = match &self.via {

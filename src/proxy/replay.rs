@@ -6,8 +6,8 @@
 //! of the client's read buffer would pin the whole buffer) until the upstream
 //! answers, in one buffer whatever the number of frames (a body sent a byte a
 //! frame must not cost a frame's overhead per byte); a body larger than that
-//! cannot be sent again, and its refusal
-//! reaches the client as before (502). What all requests keep at once is
+//! cannot be sent again, and its refusal reaches the client as before (502).
+//! What all requests keep at once is
 //! bounded too ([`ReplayBudget`]): past it a request keeps nothing, so many
 //! bodied requests waiting on a slow upstream cannot grow the sidecar.
 
@@ -71,7 +71,7 @@ pub(super) struct Replayable<B> {
     kept_data: BytesMut,
     /// The trailers, if the body ended with them.
     kept_trailers: Option<HeaderMap>,
-    /// Data bytes kept (in `kept` and `again`), taken from `budget`.
+    /// Data bytes kept (in `kept_data` and `again`), taken from `budget`.
     kept_len: usize,
     budget: Arc<ReplayBudget>,
     /// Nothing is kept any more: more than the limit was taken, the budget

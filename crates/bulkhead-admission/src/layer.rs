@@ -114,11 +114,11 @@ struct Slot {
 
 impl Slot {
     fn release(&mut self) {
-        if let (Some(permit), Some(holder)) = (self.permit.take(), self.holder.take()) {
+        let permit = self.permit.take();
+        if let (Some(permit), Some(holder)) = (permit, self.holder.take()) {
             // Dropped here (the slot freed) if nobody holds it there any more.
             drop(holder.hold(permit));
         }
-        self.permit = None;
     }
 }
 
