@@ -393,6 +393,15 @@ struct StreamPolicy {
     /// default) does exactly this, in one step, so the streams a client sent
     /// meanwhile were never processed.
     answer_at_most: usize,
+    /// Allow no stream at all (SETTINGS_MAX_CONCURRENT_STREAMS 0), as a
+    /// server does while it sheds load.
+    no_streams: bool,
+    /// Say GOAWAY (last stream 0) with the first SETTINGS and ignore every
+    /// stream, as a server in a restart loop does on each new connection.
+    goaway_at_once: bool,
+    /// Answer with a head that never ends: HEADERS without END_HEADERS,
+    /// then CONTINUATION frames without end (the 2024 CONTINUATION flood).
+    endless_head: bool,
 }
 
 /// A raw h2c upstream with `policy`: it answers (`:status 200`, no body)
@@ -432,10 +441,15 @@ impl RawH2Upstream {
 
 async fn serve_raw_h2(mut tcp: TcpStream, policy: StreamPolicy, count: std::sync::Arc<std::sync::atomic::AtomicUsize>) {
     let mut preface = [0u8; 24];
-    if tcp.read_exact(&mut preface).await.is_err() || tcp.write_all(&frame(4, 0, 0, &[])).await.is_err() {
+    let settings: &[u8] = if policy.no_streams { &[0, 3, 0, 0, 0, 0] } else { &[] };
+    let mut hello = frame(4, 0, 0, settings);
+    if policy.goaway_at_once {
+        hello.extend(frame(7, 0, 0, &[0; 8]));
+    }
+    if tcp.read_exact(&mut preface).await.is_err() || tcp.write_all(&hello).await.is_err() {
         return;
     }
-    let (mut seen, mut answered, mut last, mut goaway) = (0, 0, 0u32, false);
+    let (mut seen, mut answered, mut last, mut goaway) = (0, 0, 0u32, policy.goaway_at_once);
     let mut pending = Vec::new();
     loop {
         let mut head = [0u8; 9];
@@ -445,6 +459,10 @@ async fn serve_raw_h2(mut tcp: TcpStream, policy: StreamPolicy, count: std::sync
                 // Quiet: answer what came, within the policy.
                 let mut out = Vec::new();
                 for id in pending.drain(..) {
+                    if policy.endless_head {
+                        flood_continuation(&mut tcp, id).await;
+                        return;
+                    }
                     if answered < policy.answer_at_most {
                         out.extend(frame(1, 0x5, id, &[0x88]));
                         (answered, last) = (answered + 1, id);
@@ -496,6 +514,21 @@ async fn serve_raw_h2(mut tcp: TcpStream, policy: StreamPolicy, count: std::sync
             if tcp.write_all(&reply).await.is_err() {
                 return;
             }
+        }
+    }
+}
+
+/// A response head on stream `id` that never ends: up to 100,000 empty
+/// CONTINUATION frames (900 KB), until the client stops reading.
+async fn flood_continuation(tcp: &mut TcpStream, id: u32) {
+    let mut out = frame(1, 0x1, id, &[0x88]);
+    for _ in 0..100_000 {
+        out.extend(frame(9, 0, id, &[]));
+        if out.len() >= 64 << 10 {
+            if tcp.write_all(&out).await.is_err() {
+                return;
+            }
+            out.clear();
         }
     }
 }
@@ -553,6 +586,65 @@ async fn streams_an_h2c_upstream_did_not_process_are_sent_again() {
         let proxy = Proxy::start(config.path(), &args(&url, &["--upstream-protocol", "h2c"])).await;
         let res = send(&h2c(), request(&proxy.url("/"), Some("search"))).await;
         assert_eq!((res.status().as_u16(), up.streams()), (502, 1), "{}", proxy.log());
+    }
+}
+
+/// Bad days of an h2c upstream that answers nothing: one that allows no
+/// stream (SETTINGS_MAX_CONCURRENT_STREAMS 0) and one that says GOAWAY on
+/// every new connection. Each request ends within --response-timeout, frees
+/// its slot, and costs a bounded number of connections: the first waits at
+/// the 16-connection cap and ends as 504, the second is one dial and a 502
+/// per request; neither dials a broken upstream in a loop.
+#[tokio::test]
+async fn an_h2c_upstream_that_takes_no_stream_costs_bounded_time_and_connections() {
+    let config = ConfigDir::new(&wide_pools());
+    for policy in [StreamPolicy { no_streams: true, ..ANSWER_ALL }, StreamPolicy { goaway_at_once: true, ..ANSWER_ALL }]
+    {
+        let up = RawH2Upstream::start(policy).await;
+        let url = format!("http://{}", up.addr);
+        let extra = ["--upstream-protocol", "h2c", "--response-timeout", "1s"];
+        let proxy = Proxy::start(config.path(), &args(&url, &extra)).await;
+        let client = h2c();
+        let started = Instant::now();
+        let burst = (0..20).map(|_| {
+            let (client, url) = (client.clone(), proxy.url("/"));
+            async move {
+                let res = send(&client, request(&url, Some("search"))).await;
+                (res.status().as_u16(), header(&res, "x-bulkhead-reason").to_owned())
+            }
+        });
+        let answers = futures::future::join_all(burst).await;
+        let took = started.elapsed();
+        let (status, reason, most_connections) =
+            if policy.no_streams { (504, "upstream-timeout", 16) } else { (502, "upstream-connect", 20) };
+        let seen = format!("{answers:?} in {took:?}, {} connections:\n{}", up.connections(), proxy.log());
+        assert!(answers.iter().all(|(s, r)| (*s, r.as_str()) == (status, reason)), "{seen}");
+        assert!(took < Duration::from_secs(3), "{seen}");
+        assert!(up.connections() <= most_connections, "{seen}");
+        assert_eq!(up.streams(), 0, "the upstream took no stream");
+        slots_free(&proxy, "search").await;
+    }
+}
+
+/// An h2c upstream whose response head never ends (endless CONTINUATION
+/// frames) costs that request a 502 at once and its slot back, and the proxy
+/// drops that connection rather than read on.
+#[tokio::test]
+async fn an_h2c_upstream_whose_response_head_never_ends_costs_one_502() {
+    let config = ConfigDir::new(&wide_pools());
+    let up = RawH2Upstream::start(StreamPolicy { endless_head: true, ..ANSWER_ALL }).await;
+    let url = format!("http://{}", up.addr);
+    let proxy =
+        Proxy::start(config.path(), &args(&url, &["--upstream-protocol", "h2c", "--response-timeout", "5s"])).await;
+    // Twice: the connection that sent the flood is dropped, the next request dials anew.
+    for connections in [1, 2] {
+        let started = Instant::now();
+        let res = send(&h2c(), request(&proxy.url("/"), Some("search"))).await;
+        let took = started.elapsed();
+        assert_eq!((res.status().as_u16(), header(&res, "x-bulkhead-reason")), (502, "upstream"), "{}", proxy.log());
+        assert!(took < Duration::from_secs(2), "cut off by the flood guard, not the 5 s timeout: {took:?}");
+        assert_eq!(up.connections(), connections);
+        slots_free(&proxy, "search").await;
     }
 }
 
@@ -711,8 +803,15 @@ async fn the_copy_kept_for_a_replay_is_let_go_when_the_upstream_answers() {
 }
 
 /// Answers every stream.
-const ANSWER_ALL: StreamPolicy =
-    StreamPolicy { refuse_first: 0, refuse_with: 7, hang_up: false, answer_at_most: usize::MAX };
+const ANSWER_ALL: StreamPolicy = StreamPolicy {
+    refuse_first: 0,
+    refuse_with: 7,
+    hang_up: false,
+    answer_at_most: usize::MAX,
+    no_streams: false,
+    goaway_at_once: false,
+    endless_head: false,
+};
 
 /// An h2c upstream (the h2 crate) that allows `max_streams` streams a
 /// connection and holds every request until released; counts the requests
