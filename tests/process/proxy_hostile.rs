@@ -32,6 +32,19 @@ pub(super) async fn exchange(addr: SocketAddr, raw: &[u8], within: Duration) -> 
     read_until_closed(&mut tcp, within).await
 }
 
+/// Read until what arrived contains `needle`; panics if the peer closes or
+/// nothing more comes within WAIT.
+pub(super) async fn read_until(tcp: &mut TcpStream, needle: &str) -> String {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !String::from_utf8_lossy(&got).contains(needle) {
+        let n = tokio::time::timeout(WAIT, tcp.read(&mut buf)).await.expect("an answer in time").expect("read");
+        assert!(n > 0, "closed before {needle:?}: {:?}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}
+
 /// What arrived, and whether the peer closed within `within`.
 pub(super) async fn read_until_closed(tcp: &mut TcpStream, within: Duration) -> (String, bool) {
     let deadline = Instant::now() + within;
@@ -338,14 +351,7 @@ async fn an_upload_that_outlasts_its_response_keeps_its_slot() {
             format!("POST {path} HTTP/1.1\r\nhost: shop\r\nx-class: checkout\r\ncontent-length: 20\r\n\r\n0123456789");
         let protocol = format!("{protocol} {path}");
         tcp.write_all(head.as_bytes()).await.expect("head");
-        let mut got = Vec::new();
-        let mut buf = [0u8; 1024];
-        let end = if path == "/early" { "early" } else { "\r\n\r\n" };
-        while !String::from_utf8_lossy(&got).ends_with(end) {
-            let n = tokio::time::timeout(WAIT, tcp.read(&mut buf)).await.expect("an answer in time").expect("read");
-            assert!(n > 0, "closed: {:?}", String::from_utf8_lossy(&got));
-            got.extend_from_slice(&buf[..n]);
-        }
+        read_until(&mut tcp, if path == "/early" { "early" } else { "\r\n\r\n" }).await;
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert_eq!(proxy.in_flight("checkout").await, 1.0, "{protocol}: the upload lost its slot with the response");
         tcp.write_all(b"0123456789").await.expect("the rest");
@@ -392,13 +398,7 @@ async fn an_h2c_upstream_that_gives_an_upload_no_window_cannot_hold_its_slot() {
     let mut tcp = TcpStream::connect(proxy.listen).await.expect("connect");
     let head = "POST / HTTP/1.1\r\nhost: shop\r\nx-class: checkout\r\ncontent-length: 1000\r\n\r\n0123456789";
     tcp.write_all(head.as_bytes()).await.expect("head");
-    let mut got = Vec::new();
-    let mut buf = [0u8; 1024];
-    while !String::from_utf8_lossy(&got).contains("early") {
-        let n = tokio::time::timeout(WAIT, tcp.read(&mut buf)).await.expect("an answer in time").expect("read");
-        assert!(n > 0, "closed: {:?}", String::from_utf8_lossy(&got));
-        got.extend_from_slice(&buf[..n]);
-    }
+    read_until(&mut tcp, "early").await;
     // The client stays (hyper may close its side: the slot must not wait for that either).
     let started = Instant::now();
     slots_free(&proxy, "checkout").await;

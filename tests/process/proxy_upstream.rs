@@ -20,7 +20,7 @@ use tokio::{
 
 use crate::{
     proxy_abuse::h2_get,
-    proxy_hostile::{args, exchange, frame, in_flight_is, slots_free},
+    proxy_hostile::{args, exchange, frame, in_flight_is, read_until, slots_free},
 };
 
 #[tokio::test]
@@ -783,13 +783,7 @@ async fn the_copy_kept_for_a_replay_is_let_go_when_the_upstream_answers() {
         raw.extend(std::iter::repeat_n(b'x', KEPT));
         tcp.write_all(&raw).await.expect("write");
         // Answered after its first 64 KiB; the client then sends nothing more.
-        let mut got = Vec::new();
-        let mut buf = [0u8; 1024];
-        while !String::from_utf8_lossy(&got).contains("big") {
-            let n = tokio::time::timeout(WAIT, tcp.read(&mut buf)).await.expect("an answer in time").expect("read");
-            assert!(n > 0, "closed: {:?}", String::from_utf8_lossy(&got));
-            got.extend_from_slice(&buf[..n]);
-        }
+        read_until(&mut tcp, "big").await;
         hogs.push(tcp);
     }
     let (got, _) = exchange(
