@@ -46,6 +46,11 @@ pub(super) struct Activity {
     moved: AtomicU64,
 }
 
+/// Unread responses that close their connection even while other requests
+/// on it wait for their heads: a client kept one request waiting beside
+/// 1,000 unread small responses (4.7 MB), and they stayed as long as it did.
+const STALLED_STREAMS: u64 = 32;
+
 const ONE: u64 = 1 << 32;
 const MILLIS: u64 = ONE - 1;
 
@@ -66,16 +71,19 @@ impl Activity {
 
     /// Resolves once responses have waited for a whole `stall` (between `stall`
     /// and twice that after the client last took anything) with the client
-    /// taking nothing of any of them, and no other request in flight: one
-    /// still waiting for its head (a long poll, an upload) is the client's
-    /// and the upstream's business, not a stall.
+    /// taking nothing of any of them, and either no other request in flight
+    /// or [`STALLED_STREAMS`] of them at least. One request still waiting for
+    /// its head (a long poll, an upload) beside a few unread streams is the
+    /// client's and the upstream's business, not a stall; but it must not
+    /// keep hundreds of unread streams alive.
     pub(super) async fn stalled_for(&self, stall: Duration) {
         loop {
             let before = self.moved.load(Ordering::Relaxed);
             tokio::time::sleep(stall).await;
             let streaming = u64::from(self.streaming.load(Ordering::Relaxed));
             let in_flight = self.state.load(Ordering::Relaxed) >> 32;
-            if streaming > 0 && streaming == in_flight && self.moved.load(Ordering::Relaxed) == before {
+            let many = streaming == in_flight || streaming >= STALLED_STREAMS;
+            if streaming > 0 && many && self.moved.load(Ordering::Relaxed) == before {
                 return;
             }
         }
@@ -267,6 +275,18 @@ mod tests {
         let other = a.begin();
         let waited = tokio::time::timeout(Duration::from_secs(30), a.stalled_for(stall)).await;
         assert!(waited.is_err(), "stalled with another request in flight");
+        // Beside STALLED_STREAMS of them it is.
+        let unread: Vec<_> = (1..STALLED_STREAMS)
+            .map(|_| {
+                let mut r = a.begin();
+                r.streaming();
+                r
+            })
+            .collect();
+        let started = Instant::now();
+        a.stalled_for(stall).await;
+        assert_eq!(started.elapsed().as_secs(), 10, "stalled beside a waiting request");
+        drop(unread);
         drop((waiting, other));
         let waited = tokio::time::timeout(Duration::from_secs(30), a.stalled_for(stall)).await;
         assert!(waited.is_err(), "stalled with nothing handed over");

@@ -181,8 +181,11 @@ impl Conn {
     }
 }
 
-/// Streams one client connection may have open at once.
-const CLIENT_STREAMS: u32 = 1024;
+/// Streams one client connection may have open at once: 128, nginx's
+/// default (HAProxy's and Envoy's edge guide: 100). A stream whose response
+/// the client leaves unread lasts until the stall timer closes its
+/// connection; 1,024 let one connection hold 1,000 small ones (4.7 MB).
+const CLIENT_STREAMS: u32 = 128;
 /// What a client may send on one stream before the proxy has passed it on:
 /// 64 KiB, as Envoy's edge-proxy guide recommends.
 const CLIENT_STREAM_WINDOW: u32 = 64 << 10;
@@ -199,7 +202,7 @@ const MAX_HEAD: usize = 32 << 10;
 /// One client connection (a gRPC client, a front proxy) carries requests of
 /// several classes, and a body the upstream is slow to take waits in the
 /// proxy, holding the connection's window as well as its stream's. The
-/// connection's window holds every stream's (64 MiB), so one class's
+/// connection's window holds every stream's (8 MiB), so one class's
 /// stalled upload never holds up another class's request bodies (with
 /// hyper's 1 MiB for both, one did). Memory stays bounded by the streams:
 /// only an admitted request's body is read, so at most 64 KiB per request in

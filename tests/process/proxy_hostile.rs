@@ -292,6 +292,82 @@ async fn an_h2_client_that_never_grants_a_window_loses_its_slots() {
     drop(responses);
 }
 
+/// On one connection with no window (SETTINGS_INITIAL_WINDOW_SIZE 0): a
+/// request kept waiting for its head (the upstream never answers), then
+/// `unread` requests whose responses the client never reads. Returns the
+/// connection's task, how many 200 heads came, and the streams.
+async fn unread_beside_a_waiting_request(
+    proxy: &Proxy,
+    unread: usize,
+) -> (
+    tokio::task::JoinHandle<Result<(), h2::Error>>,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    Vec<tokio::task::JoinHandle<()>>,
+) {
+    use std::sync::{atomic::Ordering, Arc};
+    let tcp = TcpStream::connect(proxy.listen).await.expect("connect");
+    let (h2, conn) =
+        h2::client::Builder::new().initial_window_size(0).handshake::<_, bytes::Bytes>(tcp).await.expect("handshake");
+    let conn = tokio::spawn(conn);
+    let mut h2 = h2.ready().await.expect("ready");
+    let never =
+        Request::get(format!("http://{}/never", proxy.listen)).header("x-class", "checkout").body(()).expect("req");
+    let (waiting, _) = h2.send_request(never, true).expect("send");
+    let answered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut streams = vec![tokio::spawn(async move {
+        let _ = waiting.await;
+    })];
+    for _ in 0..unread {
+        let (h2, answered) = (h2.clone(), Arc::clone(&answered));
+        streams.push(tokio::spawn(async move {
+            let req = Request::get("http://shop/").header("x-class", "search").body(()).expect("req");
+            let Ok(mut h2) = h2.ready().await else { return };
+            let Ok((res, _)) = h2.send_request(req, true) else { return };
+            if let Ok(res) = res.await.map_err(drop).and_then(|r| if r.status() == 200 { Ok(r) } else { Err(()) }) {
+                answered.fetch_add(1, Ordering::SeqCst);
+                // Held, never read, until the connection ends.
+                let _ = res.into_body().data().await;
+            }
+        }));
+    }
+    (conn, answered, streams)
+}
+
+/// A client connection carries at most 128 streams at once (nginx's default;
+/// 1,024 let one connection keep 1,000 unread responses, 4.7 MB).
+#[tokio::test]
+async fn a_client_connection_carries_at_most_128_streams_at_once() {
+    let up = Upstream::start().await;
+    let config = ConfigDir::new(&crate::proxy_upstream::wide_pools());
+    let url = up.url();
+    let proxy = Proxy::start(config.path(), &args(&url, &["--idle-timeout", "30s", "--response-timeout", "30s"])).await;
+    let (_conn, answered, streams) = unread_beside_a_waiting_request(&proxy, 300).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let heads = answered.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(heads, 127, "heads beside the waiting request on one connection");
+    streams.iter().for_each(tokio::task::JoinHandle::abort);
+}
+
+/// Unread responses close their connection after twice the idle timeout even
+/// while another request on it waits for its head: that request once kept
+/// any number of them alive.
+#[tokio::test]
+async fn a_waiting_request_does_not_keep_a_connection_of_unread_streams() {
+    let up = Upstream::start().await;
+    let config = ConfigDir::new(&crate::proxy_upstream::wide_pools());
+    let url = up.url();
+    let proxy =
+        Proxy::start(config.path(), &args(&url, &["--idle-timeout", "500ms", "--response-timeout", "30s"])).await;
+    let started = Instant::now();
+    let (conn, answered, streams) = unread_beside_a_waiting_request(&proxy, 100).await;
+    tokio::time::timeout(Duration::from_secs(5), conn).await.expect("the connection closed in time").ok();
+    assert_eq!(answered.load(std::sync::atomic::Ordering::SeqCst), 100);
+    let closed = started.elapsed();
+    assert!(closed >= Duration::from_millis(900), "closed after {closed:?}");
+    streams.iter().for_each(tokio::task::JoinHandle::abort);
+    slots_free(&proxy, "checkout").await;
+}
+
 /// A connection is closed for a stall only when every request on it is a
 /// response the client takes nothing of: a stream the client stopped
 /// reading must not take down an upload still going on the same connection.
