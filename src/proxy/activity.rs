@@ -8,14 +8,16 @@
 //! nothing of. hyper holds a frame it cannot send (an HTTP/2 stream with no
 //! window) and never polls again, so neither the body's timers nor the
 //! watchdog (`stall`) can end such a stream; only closing the connection
-//! frees it. 1,000 such streams held 30 MB on one connection.
+//! frees it. 1,000 such streams held 30 MB on one connection. Each response
+//! is told apart: one the client keeps reading must not keep the unread
+//! ones alive.
 
 use std::{
     future::Future,
     pin::Pin,
     sync::{
         atomic::{AtomicU32, AtomicU64, Ordering},
-        Arc,
+        Arc, Mutex, MutexGuard, PoisonError,
     },
     task::{ready, Context, Poll},
     time::Duration,
@@ -39,11 +41,22 @@ pub(super) struct Activity {
     /// Raised when the connection must be closed at once (an HTTP/1.1
     /// response given up on: nothing else can go on it).
     closing: Arc<Notify>,
+    /// Intervals of the stall timer so far, as in `handed`: read on every
+    /// response frame to see whether its response already counts as moving
+    /// in this interval (no clock read, no lock per frame).
+    interval: AtomicU32,
     /// Responses handed to hyper and not yet ended.
-    streaming: AtomicU32,
-    /// Responses handed to hyper and response frames it took, ever: the
-    /// stall timer sees whether it moved (no clock read per frame).
-    moved: AtomicU64,
+    handed: Mutex<Handed>,
+}
+
+/// Responses handed to hyper and not yet ended, by whether hyper took a
+/// frame of theirs in the current interval (a response handed over counts
+/// as moving).
+#[derive(Debug, Default)]
+struct Handed {
+    interval: u32,
+    moving: u32,
+    still: u32,
 }
 
 /// Unread responses that close their connection even while other requests
@@ -60,30 +73,37 @@ impl Activity {
             start: Instant::now(),
             state: AtomicU64::new(0),
             closing: Arc::new(Notify::new()),
-            streaming: AtomicU32::new(0),
-            moved: AtomicU64::new(0),
+            interval: AtomicU32::new(0),
+            handed: Mutex::default(),
         })
     }
 
-    fn took(&self) {
-        self.moved.fetch_add(1, Ordering::Relaxed);
+    fn handed(&self) -> MutexGuard<'_, Handed> {
+        self.handed.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Resolves once responses have waited for a whole `stall` (between `stall`
-    /// and twice that after the client last took anything) with the client
-    /// taking nothing of any of them, and either no other request in flight
-    /// or [`STALLED_STREAMS`] of them at least. One request still waiting for
-    /// its head (a long poll, an upload) beside a few unread streams is the
+    /// and twice that after the client last took anything of them) with the
+    /// client taking nothing of them, when they are every request in flight
+    /// or [`STALLED_STREAMS`] at least. One request still waiting for its head
+    /// (a long poll, an upload) or read beside a few unread streams is the
     /// client's and the upstream's business, not a stall; but it must not
     /// keep hundreds of unread streams alive.
     pub(super) async fn stalled_for(&self, stall: Duration) {
         loop {
-            let before = self.moved.load(Ordering::Relaxed);
             tokio::time::sleep(stall).await;
-            let streaming = u64::from(self.streaming.load(Ordering::Relaxed));
             let in_flight = self.state.load(Ordering::Relaxed) >> 32;
-            let many = streaming == in_flight || streaming >= STALLED_STREAMS;
-            if streaming > 0 && many && self.moved.load(Ordering::Relaxed) == before {
+            let still = {
+                let mut handed = self.handed();
+                let still = u64::from(handed.still);
+                // A new interval: every response is still until hyper takes a frame of it.
+                handed.still = handed.still.saturating_add(handed.moving);
+                handed.moving = 0;
+                handed.interval = handed.interval.wrapping_add(1);
+                self.interval.store(handed.interval, Ordering::Relaxed);
+                still
+            };
+            if still > 0 && (still == in_flight || still >= STALLED_STREAMS) {
                 return;
             }
         }
@@ -92,7 +112,7 @@ impl Activity {
     /// Count a request until the guard is dropped (its response body ended).
     pub(super) fn begin(self: &Arc<Self>) -> Active {
         self.state.fetch_add(ONE, Ordering::Relaxed);
-        Active { activity: Arc::clone(self), streaming: false }
+        Active { activity: Arc::clone(self), moved_in: None }
     }
 
     fn end(&self) {
@@ -135,23 +155,43 @@ impl Activity {
 #[derive(Debug)]
 pub(super) struct Active {
     activity: Arc<Activity>,
-    /// Its response was handed to hyper.
-    streaming: bool,
+    /// Once its response is handed to hyper: the interval in which hyper
+    /// last took a frame of it.
+    moved_in: Option<u32>,
 }
 
 impl Active {
     /// The response is handed to hyper: count it for the stall timer.
     fn streaming(&mut self) {
-        self.streaming = true;
-        self.activity.streaming.fetch_add(1, Ordering::Relaxed);
-        self.activity.took();
+        let mut handed = self.activity.handed();
+        handed.moving = handed.moving.saturating_add(1);
+        self.moved_in = Some(handed.interval);
+    }
+
+    /// hyper took a frame of the response.
+    fn took(&mut self) {
+        let Some(moved_in) = self.moved_in else { return };
+        if moved_in == self.activity.interval.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut handed = self.activity.handed();
+        if moved_in != handed.interval {
+            handed.still = handed.still.saturating_sub(1);
+            handed.moving = handed.moving.saturating_add(1);
+            self.moved_in = Some(handed.interval);
+        }
     }
 }
 
 impl Drop for Active {
     fn drop(&mut self) {
-        if self.streaming {
-            self.activity.streaming.fetch_sub(1, Ordering::Relaxed);
+        if let Some(moved_in) = self.moved_in {
+            let mut handed = self.activity.handed();
+            if moved_in == handed.interval {
+                handed.moving = handed.moving.saturating_sub(1);
+            } else {
+                handed.still = handed.still.saturating_sub(1);
+            }
         }
         self.activity.end();
     }
@@ -214,7 +254,7 @@ impl<B: Body> Body for CountedBody<B> {
         if !matches!(frame, Some(Ok(_))) {
             *this.active = None;
         } else if let Some(active) = this.active {
-            active.activity.took();
+            active.took();
         }
         Poll::Ready(frame)
     }
@@ -268,24 +308,38 @@ mod tests {
         tokio::pin!(stalled);
         // A frame taken 6 s in: the first whole quiet interval ends at 20 s.
         assert!(tokio::time::timeout(Duration::from_secs(6), stalled.as_mut()).await.is_err());
-        a.took();
+        waiting.took();
         stalled.await;
         assert_eq!(started.elapsed().as_secs(), 20, "a whole interval with nothing taken");
         // A request waiting for its head beside a stalled response: not a stall.
         let other = a.begin();
         let waited = tokio::time::timeout(Duration::from_secs(30), a.stalled_for(stall)).await;
         assert!(waited.is_err(), "stalled with another request in flight");
-        // Beside STALLED_STREAMS of them it is.
-        let unread: Vec<_> = (1..STALLED_STREAMS)
+        // Beside STALLED_STREAMS of them it is, and beside a response read all along too.
+        let mut unread: Vec<_> = (1..STALLED_STREAMS)
             .map(|_| {
                 let mut r = a.begin();
                 r.streaming();
                 r
             })
             .collect();
+        let mut read = a.begin();
+        read.streaming();
         let started = Instant::now();
-        a.stalled_for(stall).await;
-        assert_eq!(started.elapsed().as_secs(), 10, "stalled beside a waiting request");
+        let stalled = a.stalled_for(stall);
+        tokio::pin!(stalled);
+        for _ in 0..2 {
+            assert!(tokio::time::timeout(Duration::from_secs(7), stalled.as_mut()).await.is_err());
+            read.took();
+        }
+        // Handed over before the timer started: still from its first interval on, 10 to 20 s.
+        assert!(tokio::time::timeout(Duration::from_secs(30), stalled.as_mut()).await.is_ok());
+        assert_eq!(started.elapsed().as_secs(), 20, "stalled beside a waiting request and a read one");
+        // One fewer than STALLED_STREAMS is not.
+        drop(read);
+        unread.pop();
+        let waited = tokio::time::timeout(Duration::from_secs(30), a.stalled_for(stall)).await;
+        assert!(waited.is_err(), "stalled with {} unread beside others", STALLED_STREAMS - 1);
         drop(unread);
         drop((waiting, other));
         let waited = tokio::time::timeout(Duration::from_secs(30), a.stalled_for(stall)).await;

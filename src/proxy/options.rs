@@ -71,8 +71,8 @@ pub struct ProxyArgs {
     /// No byte in either direction of a request's bodies, or of an upgraded tunnel, for this
     /// long ends it and frees its slot; a stalled request body gets 408. A client connection
     /// with no request in flight for this long is closed (HTTP/2: GOAWAY), and one whose
-    /// responses wait while the client takes nothing of any for twice this long is closed
-    /// at once. 0 disables.
+    /// responses wait while the client takes nothing of them for twice this long (all its
+    /// requests, or 32 of them) is closed at once. 0 disables.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
     pub idle_timeout: Duration,
     /// A new connection's first bytes (protocol detection) and each HTTP/1.1 request head must

@@ -280,8 +280,8 @@ pub(super) async fn accept(
                 }
                 // An HTTP/1.1 response given up on (`stall`): nothing else can use the connection.
                 () = activity.closed() => Ok(()),
-                // Responses wait and the client takes nothing of any: streams hyper holds for
-                // window end only with the connection. Twice the idle timeout, so that the
+                // Responses wait and the client takes nothing of them (every request on the
+                // connection, or 32): streams hyper holds for window end only with the connection. Twice the idle timeout, so that the
                 // watchdog gives up a stalled stream first and the connection's others go on.
                 () = stalled_for(&activity, idle) => {
                     tracing::debug!(%peer, "the client took nothing of its responses for twice the idle timeout: closed");

@@ -368,6 +368,55 @@ async fn a_waiting_request_does_not_keep_a_connection_of_unread_streams() {
     slots_free(&proxy, "checkout").await;
 }
 
+/// Nor does one response the client keeps reading slowly: unread streams
+/// are told apart from read ones, not only counted on the connection.
+#[tokio::test]
+async fn one_slowly_read_response_does_not_keep_a_connection_of_unread_streams() {
+    let up = Upstream::start().await;
+    let config = ConfigDir::new(&crate::proxy_upstream::wide_pools());
+    let url = up.url();
+    let proxy = Proxy::start(config.path(), &args(&url, &["--idle-timeout", "500ms"])).await;
+    let tcp = TcpStream::connect(proxy.listen).await.expect("connect");
+    let (h2, conn) = h2::client::Builder::new()
+        .initial_connection_window_size(16 << 20)
+        .handshake::<_, bytes::Bytes>(tcp)
+        .await
+        .expect("handshake");
+    let conn = tokio::spawn(conn);
+    let mut h2 = h2.ready().await.expect("ready");
+    let get =
+        |path: &str| Request::get(format!("http://shop{path}")).header("x-class", "search").body(()).expect("req");
+    // Read a frame every 5 ms: never idle itself.
+    let (flood, _) = h2.send_request(get("/flood"), true).expect("send");
+    let mut flood = tokio::time::timeout(WAIT, flood).await.expect("a head in time").expect("a response").into_body();
+    let mover = tokio::spawn(async move {
+        while let Some(Ok(data)) = flood.data().await {
+            let _ = flood.flow_control().release_capacity(data.len());
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        Instant::now()
+    });
+    // 40 responses larger than a stream's window, never read past it.
+    let mut unread = Vec::new();
+    for _ in 0..40 {
+        h2 = h2.ready().await.expect("ready");
+        let (res, _) = h2.send_request(get("/large"), true).expect("send");
+        unread.push(tokio::time::timeout(WAIT, res).await.expect("a head in time").expect("a response"));
+    }
+    let started = Instant::now();
+    tokio::time::timeout(Duration::from_secs(6), conn).await.expect("the connection closed in time").ok();
+    let closed = Instant::now();
+    assert!(closed - started >= Duration::from_millis(900), "closed after {:?}", closed - started);
+    // The read response was read to the end of the connection, not cut before it.
+    let read_until = mover.await.expect("mover");
+    assert!(
+        read_until + Duration::from_millis(200) >= closed,
+        "the read response ended {:?} before",
+        closed - read_until
+    );
+    slots_free(&proxy, "search").await;
+}
+
 /// A connection is closed for a stall only when every request on it is a
 /// response the client takes nothing of: a stream the client stopped
 /// reading must not take down an upload still going on the same connection.
@@ -1108,7 +1157,7 @@ async fn a_body_sent_in_one_byte_chunks_keeps_no_more_than_its_bytes_for_replay(
     let deadline = Instant::now() + WAIT * 4;
     while up.bodies_taken() < REQUESTS {
         assert!(Instant::now() < deadline, "{} of {REQUESTS} bodies reached the upstream", up.bodies_taken());
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
     in_flight_is(&proxy, "checkout", 4).await;
     let grown = proxy.rss_kib().saturating_sub(before);
