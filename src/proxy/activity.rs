@@ -16,7 +16,7 @@ use std::{
     future::Future,
     pin::Pin,
     sync::{
-        atomic::{AtomicU32, AtomicU64, Ordering},
+        atomic::{AtomicU64, Ordering},
         Arc, Mutex, MutexGuard, PoisonError,
     },
     task::{ready, Context, Poll},
@@ -44,19 +44,23 @@ pub(super) struct Activity {
     /// Intervals of the stall timer so far, as in `handed`: read on every
     /// response frame to see whether its response already counts as moving
     /// in this interval (no clock read, no lock per frame).
-    interval: AtomicU32,
+    interval: AtomicU64,
     /// Responses handed to hyper and not yet ended.
     handed: Mutex<Handed>,
+    /// Unread responses over every connection (`--max-unread-responses`).
+    unread: Arc<UnreadBudget>,
 }
 
 /// Responses handed to hyper and not yet ended, by whether hyper took a
 /// frame of theirs in the current interval (a response handed over counts
-/// as moving).
+/// as moving); and how many of them this connection last counted in
+/// [`UnreadBudget`].
 #[derive(Debug, Default)]
 struct Handed {
-    interval: u32,
+    interval: u64,
     moving: u32,
     still: u32,
+    reported: u64,
 }
 
 /// Unread responses that close their connection even while other requests
@@ -64,17 +68,56 @@ struct Handed {
 /// 1,000 unread small responses (4.7 MB), and they stayed as long as it did.
 const STALLED_STREAMS: u64 = 32;
 
+/// Responses the clients took nothing of for a whole stall interval, over
+/// every connection, as each connection's timer last counted them. Below
+/// [`STALLED_STREAMS`] per connection, a connection kept open by a request
+/// of another kind holds its unread responses for as long as it is kept
+/// open: past `budget` in all, every connection holding one is closed.
+#[derive(Debug)]
+pub(super) struct UnreadBudget {
+    total: AtomicU64,
+    budget: u64,
+}
+
+impl UnreadBudget {
+    pub(super) fn new(budget: u64) -> Arc<Self> {
+        Arc::new(UnreadBudget { total: AtomicU64::new(0), budget })
+    }
+
+    /// This connection now counts `now` where it counted `before`; whether
+    /// the total is past the budget.
+    fn report(&self, before: u64, now: u64) -> bool {
+        let total = if now >= before {
+            self.total.fetch_add(now - before, Ordering::Relaxed) + (now - before)
+        } else {
+            self.total.fetch_sub(before - now, Ordering::Relaxed).saturating_sub(before - now)
+        };
+        total > self.budget
+    }
+}
+
+/// Why the stall timer closes a connection.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Stall {
+    /// Every request on it is an unread response: nothing else to wait for.
+    All,
+    /// Unread responses beside requests that go on: 32 of them, or any
+    /// once the process is past `--max-unread-responses`.
+    Beside,
+}
+
 const ONE: u64 = 1 << 32;
 const MILLIS: u64 = ONE - 1;
 
 impl Activity {
-    pub(super) fn new() -> Arc<Self> {
+    pub(super) fn new(unread: Arc<UnreadBudget>) -> Arc<Self> {
         Arc::new(Activity {
             start: Instant::now(),
             state: AtomicU64::new(0),
             closing: Arc::new(Notify::new()),
-            interval: AtomicU32::new(0),
+            interval: AtomicU64::new(0),
             handed: Mutex::default(),
+            unread,
         })
     }
 
@@ -84,27 +127,36 @@ impl Activity {
 
     /// Resolves once responses have waited for a whole `stall` (between `stall`
     /// and twice that after the client last took anything of them) with the
-    /// client taking nothing of them, when they are every request in flight
-    /// or [`STALLED_STREAMS`] at least. One request still waiting for its head
-    /// (a long poll, an upload) or read beside a few unread streams is the
-    /// client's and the upstream's business, not a stall; but it must not
-    /// keep hundreds of unread streams alive.
-    pub(super) async fn stalled_for(&self, stall: Duration) {
+    /// client taking nothing of them, when they are every request in flight,
+    /// [`STALLED_STREAMS`] at least, or the process is past its
+    /// [`UnreadBudget`]. One request still waiting for its head (a long poll,
+    /// an upload) or read beside a few unread streams is the client's and the
+    /// upstream's business, not a stall; but it must not keep unread streams
+    /// alive without bound.
+    pub(super) async fn stalled_for(&self, stall: Duration) -> Stall {
         loop {
             tokio::time::sleep(stall).await;
             let in_flight = self.state.load(Ordering::Relaxed) >> 32;
-            let still = {
+            let (still, over_budget) = {
                 let mut handed = self.handed();
                 let still = u64::from(handed.still);
+                let over_budget = self.unread.report(handed.reported, still);
+                handed.reported = still;
                 // A new interval: every response is still until hyper takes a frame of it.
                 handed.still = handed.still.saturating_add(handed.moving);
                 handed.moving = 0;
-                handed.interval = handed.interval.wrapping_add(1);
+                handed.interval += 1;
                 self.interval.store(handed.interval, Ordering::Relaxed);
-                still
+                (still, over_budget)
             };
-            if still > 0 && (still == in_flight || still >= STALLED_STREAMS) {
-                return;
+            if still == 0 {
+                continue;
+            }
+            if still == in_flight {
+                return Stall::All;
+            }
+            if still >= STALLED_STREAMS || over_budget {
+                return Stall::Beside;
             }
         }
     }
@@ -151,13 +203,20 @@ impl Activity {
     }
 }
 
+impl Drop for Activity {
+    fn drop(&mut self) {
+        let reported = self.handed.get_mut().unwrap_or_else(PoisonError::into_inner).reported;
+        self.unread.report(reported, 0);
+    }
+}
+
 /// One request counted on its connection.
 #[derive(Debug)]
 pub(super) struct Active {
     activity: Arc<Activity>,
     /// Once its response is handed to hyper: the interval in which hyper
     /// last took a frame of it.
-    moved_in: Option<u32>,
+    moved_in: Option<u64>,
 }
 
 impl Active {
@@ -274,7 +333,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn idle_only_with_nothing_in_flight_for_the_whole_timeout() {
-        let a = Activity::new();
+        let a = Activity::new(UnreadBudget::new(u64::MAX));
         let idle = Duration::from_secs(10);
         let held = a.begin();
         tokio::time::advance(Duration::from_secs(30)).await;
@@ -296,7 +355,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn stalled_only_while_responses_wait_and_the_client_takes_nothing() {
-        let a = Activity::new();
+        let a = Activity::new(UnreadBudget::new(u64::MAX));
         let stall = Duration::from_secs(10);
         // A request waiting for its upstream (no response handed over) is not a stall.
         let mut waiting = a.begin();
@@ -309,7 +368,7 @@ mod tests {
         // A frame taken 6 s in: the first whole quiet interval ends at 20 s.
         assert!(tokio::time::timeout(Duration::from_secs(6), stalled.as_mut()).await.is_err());
         waiting.took();
-        stalled.await;
+        assert_eq!(stalled.await, Stall::All);
         assert_eq!(started.elapsed().as_secs(), 20, "a whole interval with nothing taken");
         // A request waiting for its head beside a stalled response: not a stall.
         let other = a.begin();
@@ -333,7 +392,7 @@ mod tests {
             read.took();
         }
         // Handed over before the timer started: still from its first interval on, 10 to 20 s.
-        assert!(tokio::time::timeout(Duration::from_secs(30), stalled.as_mut()).await.is_ok());
+        assert_eq!(tokio::time::timeout(Duration::from_secs(30), stalled.as_mut()).await.ok(), Some(Stall::Beside));
         assert_eq!(started.elapsed().as_secs(), 20, "stalled beside a waiting request and a read one");
         // One fewer than STALLED_STREAMS is not.
         drop(read);
@@ -344,5 +403,35 @@ mod tests {
         drop((waiting, other));
         let waited = tokio::time::timeout(Duration::from_secs(30), a.stalled_for(stall)).await;
         assert!(waited.is_err(), "stalled with nothing handed over");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn past_the_budget_any_unread_response_closes_its_connection() {
+        let budget = UnreadBudget::new(3);
+        let stall = Duration::from_secs(10);
+        // Two connections, each with a request waiting and two unread responses: 4 in all.
+        let (a, b) = (Activity::new(Arc::clone(&budget)), Activity::new(Arc::clone(&budget)));
+        let mut held = Vec::new();
+        for c in [&a, &b] {
+            held.push(c.begin());
+            for _ in 0..2 {
+                let mut r = c.begin();
+                r.streaming();
+                held.push(r);
+            }
+        }
+        // a's timer counts its two first: 2 of 3, not past the budget.
+        let first = tokio::time::timeout(Duration::from_secs(25), a.stalled_for(stall)).await;
+        assert!(first.is_err(), "closed within the budget");
+        // b's counts two more: 4 of 3.
+        let second = tokio::time::timeout(Duration::from_secs(25), b.stalled_for(stall)).await;
+        assert_eq!(second.ok(), Some(Stall::Beside));
+        assert_eq!(budget.total.load(Ordering::Relaxed), 4);
+        // A connection that ends gives its count back.
+        drop(held);
+        drop(b);
+        assert_eq!(budget.total.load(Ordering::Relaxed), 2);
+        drop(a);
+        assert_eq!(budget.total.load(Ordering::Relaxed), 0);
     }
 }

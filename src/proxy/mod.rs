@@ -138,7 +138,12 @@ pub async fn run(args: ProxyArgs) -> Result<(), ProxyError> {
     };
     let admin_limits =
         admin::AdminLimits { connections: args.admin_connections, head: args.header_timeout.min(ADMIN_HEAD_TIMEOUT) };
-    let accept = server::Accept { connections, first_byte: args.header_timeout, idle: args.idle_timeout };
+    let accept = server::Accept {
+        connections,
+        first_byte: args.header_timeout,
+        idle: args.idle_timeout,
+        unread: activity::UnreadBudget::new(args.max_unread_responses),
+    };
     // Without --class-header-from only loopback peers may name a class by header.
     let trusted = args.class_header_from.clone().unwrap_or_else(options::Cidr::loopback);
     let class_header_from: Option<Arc<[options::Cidr]>> = Some(Arc::from(trusted));

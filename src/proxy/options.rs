@@ -86,6 +86,12 @@ pub struct ProxyArgs {
     /// hold the largest partial request head (46 KiB of RSS) fit in the injected 128Mi.
     #[arg(long, value_name = "N", default_value_t = 2048, value_parser = connection_count())]
     pub max_connections: usize,
+    /// Responses the clients take nothing of for twice --idle-timeout, over all connections
+    /// (each is held until its connection ends: 53 KiB for a large one given up); past it, a
+    /// connection holding one is closed when next checked, its other requests given one idle
+    /// timeout to end.
+    #[arg(long, value_name = "N", default_value_t = 512, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_unread_responses: u64,
     /// Connections open at once on each admin listener (--admin, --metrics); past it new ones
     /// are closed at once. Each must send its request head within --header-timeout (at most 5 s)
     /// and lasts at most 30 s.
@@ -211,6 +217,9 @@ mod tests {
     #[test]
     fn connection_caps_are_refused_with_a_clear_error_outside_one_to_the_cap() {
         assert_eq!(parse(&[]).map(|a| (a.max_connections, a.admin_connections)).ok(), Some((2048, 64)));
+        assert_eq!(parse(&[]).map(|a| a.max_unread_responses).ok(), Some(512));
+        let err = parse(&["--max-unread-responses", "0"]).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("--max-unread-responses"), "{err}");
         assert_eq!(parse(&["--max-connections", "16777216"]).map(|a| a.max_connections).ok(), Some(1 << 24));
         for flag in ["--max-connections", "--admin-connections"] {
             for bad in ["0", "16777217", "18446744073709551615"] {

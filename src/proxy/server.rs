@@ -18,7 +18,7 @@ use hyper_util::{
 use tokio::{net::TcpListener, sync::watch};
 
 use super::{
-    activity::{Activity, Counted, CountedBody},
+    activity::{Activity, Counted, CountedBody, Stall, UnreadBudget},
     class_headers::ClassHeaders,
     classify::{Classifier, Rule},
     connections::Connections,
@@ -229,6 +229,8 @@ pub(super) struct Accept {
     pub connections: Arc<Connections>,
     pub first_byte: Duration,
     pub idle: Duration,
+    /// `--max-unread-responses`, shared by every connection.
+    pub unread: Arc<UnreadBudget>,
 }
 
 /// Accept until `stop` turns true; then each connection finishes the requests
@@ -254,7 +256,7 @@ pub(super) async fn accept(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let activity = Activity::new();
+        let activity = Activity::new(Arc::clone(&limits.unread));
         let conn = Conn {
             listener: Arc::clone(&listener),
             peer: peer_value(peer),
@@ -280,12 +282,18 @@ pub(super) async fn accept(
                 }
                 // An HTTP/1.1 response given up on (`stall`): nothing else can use the connection.
                 () = activity.closed() => Ok(()),
-                // Responses wait and the client takes nothing of them (every request on the
-                // connection, or 32): streams hyper holds for window end only with the connection. Twice the idle timeout, so that the
+                // Responses wait and the client takes nothing of them: streams hyper holds for
+                // window end only with the connection. Twice the idle timeout, so that the
                 // watchdog gives up a stalled stream first and the connection's others go on.
-                () = stalled_for(&activity, idle) => {
-                    tracing::debug!(%peer, "the client took nothing of its responses for twice the idle timeout: closed");
-                    Ok(())
+                stall = stalled_for(&activity, idle) => {
+                    tracing::debug!(%peer, ?stall, "responses unread for twice the idle timeout: closed");
+                    if stall == Stall::All {
+                        Ok(())
+                    } else {
+                        // Other requests go on: GOAWAY, and they have one idle timeout to end.
+                        served.as_mut().graceful_shutdown();
+                        tokio::time::timeout(idle, served.as_mut()).await.unwrap_or(Ok(()))
+                    }
                 }
                 () = idle_for(&activity, idle) => {
                     // HTTP/2: GOAWAY, then close; nothing is in flight to wait for.
@@ -333,11 +341,11 @@ async fn detectable(stream: &tokio::net::TcpStream) {
 }
 
 /// Never resolves when `idle` is zero.
-async fn stalled_for(activity: &Activity, idle: Duration) {
+async fn stalled_for(activity: &Activity, idle: Duration) -> Stall {
     if idle.is_zero() {
         return std::future::pending().await;
     }
-    activity.stalled_for(idle.saturating_mul(2)).await;
+    activity.stalled_for(idle.saturating_mul(2)).await
 }
 
 /// Never resolves when `idle` is zero.

@@ -342,9 +342,14 @@ async fn a_client_connection_carries_at_most_128_streams_at_once() {
     let url = up.url();
     let proxy = Proxy::start(config.path(), &args(&url, &["--idle-timeout", "30s", "--response-timeout", "30s"])).await;
     let (_conn, answered, streams) = unread_beside_a_waiting_request(&proxy, 300).await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let heads = answered.load(std::sync::atomic::Ordering::SeqCst);
-    assert_eq!(heads, 127, "heads beside the waiting request on one connection");
+    let heads = || answered.load(std::sync::atomic::Ordering::SeqCst);
+    let deadline = Instant::now() + WAIT;
+    while heads() < 127 {
+        assert!(Instant::now() < deadline, "only {} heads came", heads());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(heads(), 127, "heads beside the waiting request on one connection");
     streams.iter().for_each(tokio::task::JoinHandle::abort);
 }
 
@@ -360,12 +365,34 @@ async fn a_waiting_request_does_not_keep_a_connection_of_unread_streams() {
         Proxy::start(config.path(), &args(&url, &["--idle-timeout", "500ms", "--response-timeout", "30s"])).await;
     let started = Instant::now();
     let (conn, answered, streams) = unread_beside_a_waiting_request(&proxy, 100).await;
-    tokio::time::timeout(Duration::from_secs(5), conn).await.expect("the connection closed in time").ok();
-    assert_eq!(answered.load(std::sync::atomic::Ordering::SeqCst), 100);
+    tokio::time::timeout(Duration::from_secs(6), conn).await.expect("the connection closed in time").ok();
+    assert!(answered.load(std::sync::atomic::Ordering::SeqCst) >= 32);
     let closed = started.elapsed();
     assert!(closed >= Duration::from_millis(900), "closed after {closed:?}");
     streams.iter().for_each(tokio::task::JoinHandle::abort);
     slots_free(&proxy, "checkout").await;
+}
+
+/// Below 32 a connection, unread responses still count against one budget for
+/// the whole process (`--max-unread-responses`): past it, a connection that
+/// holds one is closed when its timer next counts, whatever keeps it open,
+/// until the total is back within it.
+#[tokio::test]
+async fn unread_responses_past_the_budget_close_their_connections() {
+    let up = Upstream::start().await;
+    let config = ConfigDir::new(&crate::proxy_upstream::wide_pools());
+    let url = up.url();
+    for (budget, closes) in [("512", false), ("40", true)] {
+        let extra = ["--idle-timeout", "500ms", "--response-timeout", "30s", "--max-unread-responses", budget];
+        let proxy = Proxy::start(config.path(), &args(&url, &extra)).await;
+        // Two connections, each with a request kept waiting and 25 unread responses.
+        let (first, _, a) = unread_beside_a_waiting_request(&proxy, 25).await;
+        let (second, _, b) = unread_beside_a_waiting_request(&proxy, 25).await;
+        let either = futures::future::select(first, second);
+        let ended = tokio::time::timeout(Duration::from_secs(6), either).await.is_ok();
+        assert_eq!(ended, closes, "budget {budget}: a connection closed: {ended}\n{}", proxy.log());
+        a.iter().chain(&b).for_each(tokio::task::JoinHandle::abort);
+    }
 }
 
 /// Nor does one response the client keeps reading slowly: unread streams
@@ -397,13 +424,16 @@ async fn one_slowly_read_response_does_not_keep_a_connection_of_unread_streams()
         Instant::now()
     });
     // 40 responses larger than a stream's window, never read past it.
-    let mut unread = Vec::new();
-    for _ in 0..40 {
+    let (mut unread, mut started) = (Vec::new(), Instant::now());
+    for n in 1..=40 {
         h2 = h2.ready().await.expect("ready");
         let (res, _) = h2.send_request(get("/large"), true).expect("send");
         unread.push(tokio::time::timeout(WAIT, res).await.expect("a head in time").expect("a response"));
+        if n == 32 {
+            // A whole interval (1 s) after the 32nd head at the soonest.
+            started = Instant::now();
+        }
     }
-    let started = Instant::now();
     tokio::time::timeout(Duration::from_secs(6), conn).await.expect("the connection closed in time").ok();
     let closed = Instant::now();
     assert!(closed - started >= Duration::from_millis(900), "closed after {:?}", closed - started);
