@@ -403,14 +403,7 @@ async fn one_slowly_read_response_does_not_keep_a_connection_of_unread_streams()
     let config = ConfigDir::new(&crate::proxy_upstream::wide_pools());
     let url = up.url();
     let proxy = Proxy::start(config.path(), &args(&url, &["--idle-timeout", "500ms"])).await;
-    let tcp = TcpStream::connect(proxy.listen).await.expect("connect");
-    let (h2, conn) = h2::client::Builder::new()
-        .initial_connection_window_size(16 << 20)
-        .handshake::<_, bytes::Bytes>(tcp)
-        .await
-        .expect("handshake");
-    let conn = tokio::spawn(conn);
-    let mut h2 = h2.ready().await.expect("ready");
+    let (mut h2, conn) = wide_window_client(&proxy).await;
     let get =
         |path: &str| Request::get(format!("http://shop{path}")).header("x-class", "search").body(()).expect("req");
     // Read a frame every 5 ms: never idle itself.
@@ -447,25 +440,32 @@ async fn one_slowly_read_response_does_not_keep_a_connection_of_unread_streams()
     slots_free(&proxy, "search").await;
 }
 
-/// A connection is closed for a stall only when every request on it is a
-/// response the client takes nothing of: a stream the client stopped
-/// reading must not take down an upload still going on the same connection.
-#[tokio::test]
-async fn a_stalled_stream_does_not_close_a_connection_with_an_upload_going_on() {
-    let up = Upstream::start().await;
-    let config = ConfigDir::new(&pools(5));
-    let url = up.url();
-    let proxy = Proxy::start(config.path(), &args(&url, &["--idle-timeout", "500ms"])).await;
-    // A connection window larger than the stalled stream's, as real clients have: the
-    // unread stream fills its own window, not the connection's.
+/// An HTTP/2 client with a connection window larger than a stream's (16 MiB),
+/// as real clients have: an unread stream fills its own window, not the
+/// connection's. Returns the ready sender and the connection's task.
+async fn wide_window_client(
+    proxy: &Proxy,
+) -> (h2::client::SendRequest<bytes::Bytes>, tokio::task::JoinHandle<Result<(), h2::Error>>) {
     let tcp = TcpStream::connect(proxy.listen).await.expect("connect");
     let (h2, conn) = h2::client::Builder::new()
         .initial_connection_window_size(16 << 20)
         .handshake::<_, bytes::Bytes>(tcp)
         .await
         .expect("handshake");
-    tokio::spawn(conn);
-    let mut h2 = h2.ready().await.expect("ready");
+    let conn = tokio::spawn(conn);
+    (h2.ready().await.expect("ready"), conn)
+}
+
+/// A few unread streams (fewer than 32, within --max-unread-responses) do
+/// not close a connection while an upload goes on on it: a stream the
+/// client stopped reading must not take that upload down.
+#[tokio::test]
+async fn a_stalled_stream_does_not_close_a_connection_with_an_upload_going_on() {
+    let up = Upstream::start().await;
+    let config = ConfigDir::new(&pools(5));
+    let url = up.url();
+    let proxy = Proxy::start(config.path(), &args(&url, &["--idle-timeout", "500ms"])).await;
+    let (mut h2, _conn) = wide_window_client(&proxy).await;
     let flood =
         Request::get(format!("http://{}/flood", proxy.listen)).header("x-class", "search").body(()).expect("req");
     let (stalled, _) = h2.send_request(flood, true).expect("send");
