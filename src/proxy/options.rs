@@ -71,8 +71,9 @@ pub struct ProxyArgs {
     /// No byte in either direction of a request's bodies, or of an upgraded tunnel, for this
     /// long ends it and frees its slot; a stalled request body gets 408. A client connection
     /// with no request in flight for this long is closed (HTTP/2: GOAWAY), and one whose
-    /// responses wait while the client takes nothing of them for twice this long (all its
-    /// requests, or 32 of them) is closed at once. 0 disables.
+    /// responses wait while the client takes nothing of them for twice this long is closed: at
+    /// once if they are all it carries, else (32 of them, or past --max-unread-responses) with
+    /// GOAWAY and one idle timeout for its other requests. 0 disables all of this.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
     pub idle_timeout: Duration,
     /// A new connection's first bytes (protocol detection) and each HTTP/1.1 request head must
@@ -87,9 +88,9 @@ pub struct ProxyArgs {
     #[arg(long, value_name = "N", default_value_t = 2048, value_parser = connection_count())]
     pub max_connections: usize,
     /// Responses the clients take nothing of for twice --idle-timeout, over all connections
-    /// (each is held until its connection ends: 53 KiB for a large one given up); past it, a
-    /// connection holding one is closed when next checked, its other requests given one idle
-    /// timeout to end.
+    /// (each is held until its connection ends: 53 KiB for a large one the idle watchdog gave
+    /// up); past it, a connection holding one is closed when next checked, its other requests
+    /// given one idle timeout to end. Needs --idle-timeout.
     #[arg(long, value_name = "N", default_value_t = 512, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_unread_responses: u64,
     /// Connections open at once on each admin listener (--admin, --metrics); past it new ones
