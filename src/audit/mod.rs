@@ -6,12 +6,14 @@
 mod classes;
 mod database;
 mod domains;
+mod implied;
 mod layer;
 mod nodes;
 mod state;
 mod verdicts;
 
 pub use database::host_of;
+pub use implied::{imply_nested_layers, NESTED};
 pub use state::AuditState;
 
 use std::sync::Arc;
@@ -114,7 +116,60 @@ fn verdicts(state: &mut AuditState, selection: &Selection<'_>, snapshot: &Snapsh
         };
         layers.push(status);
     }
+    let names: Vec<String> = selection.classes.iter().map(|c| c.spec.name.clone()).collect();
+    half_sandboxed_kernels(state, &mut layers, &names, snapshot, hints);
+    imply_nested_layers(&mut layers, &names);
     Audit { layers, unscheduled: state.unscheduled() }
+}
+
+/// Pairs on a shared node that the Kernel layer counts apart only because
+/// one side is sandboxed: they share the node's kernel after all.
+fn half_sandboxed_kernels(
+    state: &mut AuditState,
+    layers: &mut [Arc<LayerStatus>],
+    names: &[String],
+    snapshot: &Snapshot,
+    hints: &Hints<'_>,
+) {
+    let (Some(node), Some(kernel)) = (find_layer(layers, Layer::Node), find_layer(layers, Layer::Kernel)) else {
+        return;
+    };
+    let index = |c: &str| names.iter().position(|n| n == c);
+    let candidates: Vec<(usize, usize)> = layers[node]
+        .pairs
+        .iter()
+        .filter(|p| p.state == LayerState::Shared)
+        .filter(|p| !layers[kernel].pairs.iter().any(|q| q.classes == p.classes && q.state == LayerState::Shared))
+        .filter_map(|p| Some((index(p.classes.first()?)?, index(p.classes.get(1)?)?)))
+        .collect();
+    if candidates.is_empty() {
+        return;
+    }
+    let found = state.half_sandboxed(&candidates, snapshot, hints);
+    if found.is_empty() {
+        return;
+    }
+    let status = Arc::make_mut(&mut layers[kernel]);
+    for (a, b, evidence) in found {
+        let pair = PairStatus {
+            classes: vec![names[a].clone(), names[b].clone()],
+            state: LayerState::Shared,
+            evidence: vec![evidence],
+        };
+        match status.pairs.iter_mut().find(|q| q.classes == pair.classes) {
+            Some(q) => *q = pair,
+            None => status.pairs.push(pair),
+        }
+    }
+    status.pairs.sort_by_key(|p| {
+        let at = |i: usize| p.classes.get(i).and_then(|c| index(c)).unwrap_or(usize::MAX);
+        (at(0), at(1))
+    });
+    status.state = LayerState::Shared;
+}
+
+fn find_layer(layers: &[Arc<LayerStatus>], layer: Layer) -> Option<usize> {
+    layers.iter().position(|l| l.name == layer)
 }
 
 /// The Database layer, kept in `state` while no class names a database (it
@@ -164,6 +219,26 @@ fn process(state: &mut AuditState, selection: &Selection<'_>, snapshot: &Snapsho
         }
     }
     pairs
+}
+
+/// The classes' pods not yet bound to a node: how many, and the first
+/// `limit` by namespace and name, for a person to look at. A pass over the
+/// classes' namespaces: for the offline commands, not for every reconcile.
+pub fn unscheduled_pods(selection: &Selection<'_>, snapshot: &Snapshot, limit: usize) -> (usize, Vec<String>) {
+    let classes = classes::Classifier::new(selection, snapshot);
+    let (mut count, mut named) = (0, Vec::new());
+    for ns in classes.all_namespaces() {
+        let selectors = classes.selectors_of(ns);
+        for (key, pod) in state::pods_in(snapshot, ns) {
+            if pod.node.is_none() && classes.classes_in_namespace(selectors, ns, pod) != 0 {
+                count += 1;
+                if named.len() < limit {
+                    named.push(key.to_string());
+                }
+            }
+        }
+    }
+    (count, named)
 }
 
 fn layer_status(selection: &Selection<'_>, layer: Layer, pairs: Vec<PairVerdict>) -> LayerStatus {

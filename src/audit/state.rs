@@ -266,7 +266,7 @@ impl Counts {
 
 /// The pods of one namespace, bounded by keys on both ends, so walking them
 /// reads no key (each key's strings are an allocation of their own).
-fn pods_in<'a>(snapshot: &'a Snapshot, namespace: &str) -> btree_map::Range<'a, ObjectKey, PodInfo> {
+pub(super) fn pods_in<'a>(snapshot: &'a Snapshot, namespace: &str) -> btree_map::Range<'a, ObjectKey, PodInfo> {
     // No namespace name holds a NUL: every key of `namespace` sorts before this one.
     let end = ObjectKey::new(format!("{namespace}\0"), "");
     snapshot.pods.range(ObjectKey::new(namespace, "")..end)

@@ -160,6 +160,15 @@ impl AuditState {
     fn describe(&self, layer: usize, d: u32, a: &str, b: &str) -> String {
         let nodes = &self.counts.nodes;
         let name = |v: &[std::sync::Arc<str>]| v.get(d as usize).map(ToString::to_string).unwrap_or_default();
+        if a == b {
+            // One pod of both classes: the Process layer shares it too.
+            let (what, place) = match layer {
+                NODE | KERNEL => ("node", name(&nodes.names)),
+                ZONE => ("zone", name(&nodes.values)),
+                _ => ("host", name(&nodes.values)),
+            };
+            return format!("{what} {place} runs {a}, which serves both");
+        }
         match layer {
             NODE => format!("node {} runs {a} and {b}", name(&nodes.names)),
             KERNEL => format!("node {} runs {a} and {b} on its kernel (neither is sandboxed)", name(&nodes.names)),
@@ -233,6 +242,47 @@ impl AuditState {
         }
         self.find_least(class, snapshot);
         self.counts.layers[layer].least(class, dom).map(ToString::to_string).unwrap_or_default()
+    }
+
+    /// Pairs (a < b) that share a node where only one side runs sandboxed:
+    /// the sandbox has a guest kernel of its own, but it runs on the node's,
+    /// which the other side's pods use directly. The Kernel layer counts a
+    /// sandboxed pod alone, so it cannot see this by itself. Each with its
+    /// evidence; at most one node named.
+    pub(super) fn half_sandboxed(
+        &mut self,
+        pairs: &[(usize, usize)],
+        snapshot: &Snapshot,
+        hints: &Hints<'_>,
+    ) -> Vec<(usize, usize, String)> {
+        let (node, kernel) = (&self.counts.layers[NODE], &self.counts.layers[KERNEL]);
+        let found: Vec<(usize, usize, u32)> = pairs
+            .iter()
+            .filter_map(|&(a, b)| {
+                let both: ClassSet = (1 << a) | (1 << b);
+                let d = node
+                    .shared
+                    .iter()
+                    .map(|(_, d)| *d)
+                    .find(|&d| node.present(d) & both == both && kernel.present(d) & both != 0)?;
+                Some((a, b, d))
+            })
+            .collect();
+        found
+            .into_iter()
+            .map(|(a, b, d)| {
+                let dom = Dom::Known(d);
+                let pa = self.least(NODE, a as u16, &dom, snapshot, hints);
+                let pb = self.least(NODE, b as u16, &dom, snapshot, hints);
+                let name = self.counts.nodes.names.get(d as usize).map(ToString::to_string).unwrap_or_default();
+                let host_side = if self.counts.layers[KERNEL].present(d) & (1 << a) != 0 { &pa } else { &pb };
+                let evidence = format!(
+                    "node {name} runs {pa} and {pb}: only one is sandboxed, and {host_side} runs on the \
+                     node's own kernel, which the sandbox's guest kernel runs on too"
+                );
+                (a, b, evidence)
+            })
+            .collect()
     }
 
     /// Pairs of the Process layer: a pod of two classes is one process they share.

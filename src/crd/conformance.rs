@@ -72,7 +72,14 @@ fn check(path: &str, value: &Value, schema: &Value, errors: &mut Vec<String>) {
         _ => true,
     };
     if !type_ok {
-        errors.push(format!("{path}: must be of type {}, not {}", ty.unwrap_or("?"), type_name(value)));
+        // A whole number past 64 bits parses as a float: say it is too large,
+        // not that it is of another type.
+        let too_large = ty == Some("integer") && value.as_f64().is_some_and(|x| x.fract() == 0.0 && x.abs() >= 9.2e18);
+        if too_large {
+            errors.push(format!("{path}: {value} is too large for an integer (at most {})", i64::MAX));
+        } else {
+            errors.push(format!("{path}: must be of type {}, not {}", ty.unwrap_or("?"), type_name(value)));
+        }
         return;
     }
     if let Some(options) = schema.get("enum").and_then(Value::as_array) {

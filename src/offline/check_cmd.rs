@@ -1,6 +1,6 @@
 //! `bulkhead check`: the shared-layer audit for CI pipelines and GitOps
-//! review. Exit codes: 0 isolated and funded; 1 a required layer Shared or
-//! the design unfundable; 2 only Unverified remains and --strict; 3 bad input
+//! review. Exit codes: 0 isolated and funded; 1 a required layer Shared, the
+//! design unfundable or a critical class without a floor; 2 only Unverified remains and --strict; 3 bad input
 //! (files or command-line arguments: usage errors never exit 2).
 
 use kube::ResourceExt;
@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use super::evaluate::Evaluated;
 use crate::{
     crd::{Layer, LayerState},
-    status::{ConditionStatus, CONTROL_PLANE_LANE, FUNDED},
+    status::{reason, ConditionStatus, CONTROL_PLANE_LANE, FUNDED},
 };
 
 pub const EXIT_OK: u8 = 0;
@@ -34,12 +34,19 @@ pub fn check_report(evaluations: &[Evaluated], strict: bool) -> CheckReport {
         let name = e.bulkhead.name_any();
         let Some(status) = &e.bulkhead.status else { continue };
         if !e.plan.is_valid() {
+            // Nothing was planned or audited: conditions and layers would only look as if it had been.
             invalid = true;
             for err in &e.plan.errors {
                 summary.push(format!("{name}: invalid: {err}"));
             }
+            continue;
         }
         if !e.plan.capacity.funding.is_funded() {
+            failed = true;
+        }
+        // A critical lane without a floor is a lane that is not funded.
+        let lane = status.conditions.iter().find(|c| c.type_ == CONTROL_PLANE_LANE);
+        if lane.is_some_and(|c| c.reason == reason::CRITICAL_CLASS_UNRESERVED) {
             failed = true;
         }
         for c in status.conditions.iter().filter(|c| c.type_ == FUNDED || c.type_ == CONTROL_PLANE_LANE) {
@@ -47,21 +54,51 @@ pub fn check_report(evaluations: &[Evaluated], strict: bool) -> CheckReport {
                 summary.push(format!("{name}: {} {} ({}): {}", c.type_, c.status, c.reason, c.message));
             }
         }
-        if let (crate::crd::Scope::Instance, Some(fleet)) = (e.plan.capacity.scope, e.plan.capacity.fleet_capacity) {
-            if e.plan.capacity.replicas.is_some_and(|r| r.current > 1) {
+        let cap = &e.plan.capacity;
+        if let (crate::crd::Scope::Instance, Some(fleet), Some(replicas)) =
+            (cap.scope, cap.fleet_capacity, cap.replicas)
+        {
+            // An autoscaler can grow the fleet to its maximum: that, not today's count, is what the dependency must take.
+            let at_max = match (replicas.max, cap.fleet_capacity_at_max) {
+                (Some(max), Some(total)) if max > replicas.current => {
+                    format!(", and {total} at the autoscaler's maxReplicas {max}")
+                }
+                _ => String::new(),
+            };
+            if replicas.current > 1 || !at_max.is_empty() {
                 summary.push(format!(
-                    "{name}: note: per-replica limits multiply: {} {} per replica across the fleet is {fleet}; \
+                    "{name}: note: per-replica limits multiply: {} {} per replica across {} replica(s) is {fleet}{at_max}; \
                      make sure what is behind the pool accepts that many",
-                    e.plan.capacity.capacity, e.bulkhead.spec.pool.resource
+                    cap.capacity, e.bulkhead.spec.pool.resource, replicas.current
                 ));
             }
+        }
+        // Surplus that no class's ceiling lets it borrow is capacity no one can ever use.
+        let borrowable: u64 = cap.classes.iter().map(|c| u64::from(c.borrowable)).sum();
+        if borrowable < u64::from(cap.shared_surplus) {
+            summary.push(format!(
+                "{name}: note: {} of the shared surplus of {} can never be used: the classes' ceilings let them \
+                 borrow {borrowable} in all; raise a ceiling or lower the surplus",
+                u64::from(cap.shared_surplus) - borrowable,
+                cap.shared_surplus
+            ));
+        }
+        if e.bulkhead.spec.layers.is_empty() && e.bulkhead.spec.classes.len() > 1 {
+            summary.push(format!(
+                "{name}: note: spec.layers is empty, so no layer is required to be Separate: this check verifies \
+                 funding only (the layers below are reported, not enforced)"
+            ));
         }
         for layer in &status.layers {
             let required = if layer.required { "required" } else { "not required" };
             summary.push(format!("{name}: {:?} {:?} ({required})", layer.name, layer.state));
-            for pair in layer.pairs.iter().take(MAX_PAIRS_SHOWN) {
+            // The pairs that make the layer's state first; a pair in another state says so.
+            let shown = layer.pairs.iter().filter(|p| p.state == layer.state);
+            let others = layer.pairs.iter().filter(|p| p.state != layer.state);
+            for pair in shown.chain(others).take(MAX_PAIRS_SHOWN) {
+                let state = if pair.state == layer.state { String::new() } else { format!(" ({:?})", pair.state) };
                 summary.push(format!(
-                    "    {} and {}: {}",
+                    "    {} and {}{state}: {}",
                     pair.classes.first().map(String::as_str).unwrap_or_default(),
                     pair.classes.get(1).map(String::as_str).unwrap_or_default(),
                     pair.evidence.join("; ")
@@ -72,7 +109,12 @@ pub fn check_report(evaluations: &[Evaluated], strict: bool) -> CheckReport {
                 summary.push(format!("    … and {more} more pairs"));
             }
             if layer.required && layer.state != LayerState::Separate {
-                summary.push(format!("    next: {}", advice(layer.name, layer.state)));
+                let next = match (layer.name, layer.state, &e.bulkhead.spec.shuffle_sharding) {
+                    // Node groups, the usual answer, cannot be combined with shuffle sharding.
+                    (Layer::Node, LayerState::Shared, Some(_)) => SHARDED_NODE_ADVICE,
+                    _ => advice(layer.name, layer.state),
+                };
+                summary.push(format!("    next: {next}"));
             }
             match (layer.required, layer.state) {
                 (true, LayerState::Shared) => failed = true,
@@ -80,8 +122,15 @@ pub fn check_report(evaluations: &[Evaluated], strict: bool) -> CheckReport {
                 _ => {}
             }
         }
-        if let Some(unscheduled) = e.audit.as_ref().map(|a| a.unscheduled).filter(|n| *n > 0) {
-            summary.push(format!("{name}: {unscheduled} pods not yet scheduled were left out of the placement layers"));
+        let (unscheduled, named) = &e.unscheduled;
+        if *unscheduled > 0 {
+            let more = unscheduled - named.len();
+            let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+            let pods = if *unscheduled == 1 { "pod" } else { "pods" };
+            summary.push(format!(
+                "{name}: {unscheduled} {pods} not yet scheduled, left out of the placement layers: {}{more}",
+                named.join(", ")
+            ));
         }
     }
     let exit = if invalid {
@@ -99,6 +148,11 @@ pub fn check_report(evaluations: &[Evaluated], strict: bool) -> CheckReport {
     let items: Vec<Value> = evaluations.iter().map(|e| json!(e.bulkhead)).collect();
     CheckReport { list: json!({"apiVersion": "v1", "kind": "List", "items": items}), summary, exit }
 }
+
+/// Shuffle-sharded tenants share nodes by design: what lowers that.
+const SHARDED_NODE_ADVICE: &str = "shuffle sharding shares nodes between tenants by design: add candidate nodes or \
+     lower spec.shuffleSharding.shardSize to shrink the overlaps, or drop Node from spec.layers and rely on the \
+     shards (node groups cannot be combined with shuffle sharding)";
 
 /// What a person can do about a layer that is not Separate.
 pub fn advice(layer: Layer, state: LayerState) -> &'static str {

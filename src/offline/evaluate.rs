@@ -5,12 +5,16 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::Input;
 use crate::{
-    audit::Audit,
+    audit::{unscheduled_pods, Audit},
     crd::Bulkhead,
     evaluate::{evaluate, Config, Evaluation},
     plan::{Change, Plan},
+    select::Selection,
     status::ApplyOutcome,
 };
+
+/// Unscheduled pods named in a summary; the rest are counted.
+const UNSCHEDULED_NAMED: usize = 3;
 
 pub struct Evaluated {
     /// The Bulkhead with the status the operator would report.
@@ -19,6 +23,8 @@ pub struct Evaluated {
     /// None when the spec is invalid.
     pub audit: Option<Audit>,
     pub changes: Vec<Change>,
+    /// The classes' pods not yet bound to a node: how many, and the first few.
+    pub unscheduled: (usize, Vec<String>),
 }
 
 pub fn evaluate_all(input: &Input, config: &Config, now: &Time) -> Vec<Evaluated> {
@@ -31,8 +37,14 @@ pub fn evaluate_all(input: &Input, config: &Config, now: &Time) -> Vec<Evaluated
             let mut bulkhead = bulkhead.clone();
             bulkhead.metadata.managed_fields = None;
             bulkhead.status = Some(status);
+            let unscheduled = match &evaluation.audit {
+                Some(a) if a.unscheduled > 0 => {
+                    unscheduled_pods(&Selection::parse(&bulkhead), &input.snapshot, UNSCHEDULED_NAMED)
+                }
+                _ => (0, Vec::new()),
+            };
             let Evaluation { plan, changes, audit } = evaluation;
-            Evaluated { bulkhead, plan, audit, changes }
+            Evaluated { bulkhead, plan, audit, changes, unscheduled }
         })
         .collect()
 }

@@ -204,6 +204,9 @@ impl Loader {
                 message,
             });
         }
+        if is_json(path, text) {
+            return self.load_json(path, text);
+        }
         let documents = Documents::of(text);
         let parsed = serde_saphyr::from_multiple_with_options::<Spanned<Value>>(text, parse_options());
         let values = parsed.map_err(|e| {
@@ -216,6 +219,23 @@ impl Loader {
         for Spanned { value, referenced, .. } in values {
             let place =
                 Place { file: path.to_path_buf(), document: documents.number(referenced.line() as usize), item: None };
+            if depth(&value) > MAX_DEPTH {
+                return Err(LoadError::Invalid { place, message: format!("nested more than {MAX_DEPTH} levels deep") });
+            }
+            self.add_object(value, place)?;
+        }
+        Ok(())
+    }
+
+    /// JSON is read as JSON, not as the YAML it nearly is: a trailing comma
+    /// or a comment is an error, as kubectl makes it. Several values in a
+    /// row are several documents.
+    fn load_json(&mut self, path: &Path, text: &str) -> Result<(), LoadError> {
+        let values = serde_json::Deserializer::from_str(text).into_iter::<Value>();
+        for (i, value) in values.enumerate() {
+            let place = Place { file: path.to_path_buf(), document: i + 1, item: None };
+            let value =
+                value.map_err(|e| LoadError::Invalid { place: place.clone(), message: format!("not JSON: {e}") })?;
             if depth(&value) > MAX_DEPTH {
                 return Err(LoadError::Invalid { place, message: format!("nested more than {MAX_DEPTH} levels deep") });
             }
@@ -250,7 +270,7 @@ impl Loader {
             return Ok(());
         }
         let Some(group) = expected_group(&kind) else {
-            return Ok(()); // a kind the planner does not read
+            return Self::unread_kind(&value, &kind).map_err(invalid);
         };
         if count_values(&value) > MAX_OBJECT_VALUES {
             return Err(invalid(format!("more than {MAX_OBJECT_VALUES} values in one object")));
@@ -264,8 +284,18 @@ impl Loader {
                 .push(format!("{place}: ignored {kind} of apiVersion {api_version} (not {kind} of this tool)"));
             return Ok(());
         }
-        if kind == "Bulkhead" && version != "v1alpha1" {
-            return Err(invalid(format!("apiVersion: {api_version} is not served (bulkhead.dev/v1alpha1 is)")));
+        let served = served_versions(&kind);
+        if !served.contains(&version) {
+            let listed: Vec<String> =
+                served.iter().map(|v| format!("{group}/{v}").trim_start_matches('/').to_string()).collect();
+            let listed = listed.join(", ");
+            return Err(invalid(if kind == "Bulkhead" {
+                format!("apiVersion: {api_version} is not served ({listed} is)")
+            } else {
+                format!(
+                    "apiVersion: {api_version} is not a version of {kind} that Kubernetes 1.20-1.33 serves ({listed})"
+                )
+            }));
         }
         let namespace = value.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or_default().to_string();
         // kubectl would put a namespaced object in its context's namespace; here it
@@ -293,6 +323,28 @@ impl Loader {
         self.decode(&kind, value).map_err(invalid)
     }
 
+    /// A kind the planner does not read: skipped, unless it is one of this
+    /// tool's group or a misspelling of one it reads (`kind: deployment`),
+    /// which would otherwise leave an object out without a word.
+    fn unread_kind(value: &Value, kind: &str) -> Result<(), String> {
+        let api_version = value.get("apiVersion").and_then(Value::as_str).unwrap_or_default();
+        let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+        let meant = READ_KINDS.iter().find(|k| {
+            let folded = kind.to_ascii_lowercase();
+            let known = k.to_ascii_lowercase();
+            folded == known || folded.strip_suffix('s') == Some(known.as_str()) || folded == format!("{known}es")
+        });
+        if let Some(meant) = meant.filter(|m| expected_group(m) == Some(group)) {
+            return Err(format!(
+                "kind: {kind} is not a kind of {api_version}: did you mean {meant}? (kinds are case-sensitive)"
+            ));
+        }
+        if group == "bulkhead.dev" {
+            return Err(format!("kind: {kind} is not a kind of {api_version} (Bulkhead is; kinds are case-sensitive)"));
+        }
+        Ok(())
+    }
+
     fn decode(&mut self, kind: &str, value: Value) -> Result<(), String> {
         let snapshot = &mut self.input.snapshot;
         match kind {
@@ -304,30 +356,97 @@ impl Loader {
             "Namespace" => snapshot.apply(&decode::<Namespace>(value)?),
             "Deployment" => snapshot.apply(&decode::<Deployment>(value)?),
             "StatefulSet" => snapshot.apply(&decode::<StatefulSet>(value)?),
-            // autoscaling/v1 and v2 agree on scaleTargetRef and maxReplicas.
-            "HorizontalPodAutoscaler" => snapshot.apply(&decode::<HorizontalPodAutoscaler>(value)?),
+            "HorizontalPodAutoscaler" => snapshot.apply(&decode::<HorizontalPodAutoscaler>(as_hpa_v1(value))?),
             "Node" => snapshot.apply(&decode::<Node>(value)?),
             "Pod" => snapshot.apply(&decode::<Pod>(value)?),
             "Service" => snapshot.apply(&decode::<Service>(value)?),
             "Endpoints" => snapshot.apply(&decode::<Endpoints>(value)?),
             "EndpointSlice" => snapshot.apply(&decode::<EndpointSlice>(as_slice_v1(value))?),
-            "RuntimeClass" => snapshot.apply(&decode::<RuntimeClass>(value)?),
+            "RuntimeClass" => snapshot.apply(&decode::<RuntimeClass>(as_version(value, "node.k8s.io/v1"))?),
             "ConfigMap" => snapshot.apply(&decode::<ConfigMap>(value)?),
             "ResourceQuota" => snapshot.apply(&decode::<ResourceQuota>(value)?),
-            "PriorityClass" => snapshot.apply(&decode::<PriorityClass>(value)?),
+            "PriorityClass" => snapshot.apply(&decode::<PriorityClass>(as_version(value, "scheduling.k8s.io/v1"))?),
             _ => {}
         }
         Ok(())
     }
 }
 
+/// A `.json` file, or text that opens as JSON does (`kubectl get -o json`
+/// on stdin); YAML manifests start with a key, a comment or `---`.
+fn is_json(path: &Path, text: &str) -> bool {
+    path.extension().is_some_and(|e| e == "json") || text.trim_start().starts_with(['{', '['])
+}
+
+/// Every kind the planner reads.
+const READ_KINDS: [&str; 14] = [
+    "Bulkhead",
+    "Namespace",
+    "Node",
+    "Pod",
+    "Service",
+    "Endpoints",
+    "ConfigMap",
+    "ResourceQuota",
+    "Deployment",
+    "StatefulSet",
+    "HorizontalPodAutoscaler",
+    "EndpointSlice",
+    "RuntimeClass",
+    "PriorityClass",
+];
+
+/// The versions of a kind that the API servers bulkhead supports (1.20 to
+/// 1.33) serve, any of which `kubectl get -o yaml` may print. Those read here
+/// differ from the newest only in fields the planner does not read.
+fn served_versions(kind: &str) -> &'static [&'static str] {
+    match kind {
+        "Bulkhead" => &["v1alpha1"],
+        // v2 from 1.23 (kubectl's choice there), v2beta2 until 1.26, v2beta1 until 1.25.
+        "HorizontalPodAutoscaler" => &["v1", "v2", "v2beta2", "v2beta1"],
+        // v1 from 1.21; v1beta1 (all that 1.20 serves) until 1.25.
+        "EndpointSlice" => &["v1", "v1beta1"],
+        // v1 from 1.20; v1beta1 until 1.25.
+        "RuntimeClass" => &["v1", "v1beta1"],
+        // v1 from 1.14; v1beta1 and v1alpha1 until 1.22.
+        "PriorityClass" => &["v1", "v1beta1", "v1alpha1"],
+        _ => &["v1"],
+    }
+}
+
 /// v1beta1 (all that 1.20 serves) has the fields the audit reads as v1 has
 /// them (addresses, conditions, targetRef): read it as v1.
-fn as_slice_v1(mut value: Value) -> Value {
+fn as_slice_v1(value: Value) -> Value {
+    as_version(value, "discovery.k8s.io/v1")
+}
+
+/// Read an older version as `api_version`: its fields that the planner reads
+/// are the same.
+fn as_version(mut value: Value, api_version: &str) -> Value {
     if let Some(v) = value.get_mut("apiVersion") {
-        *v = Value::String("discovery.k8s.io/v1".into());
+        *v = Value::String(api_version.into());
     }
     value
+}
+
+/// Every version of a HorizontalPodAutoscaler agrees on what the planner
+/// reads (scaleTargetRef, minReplicas, maxReplicas); the rest (v2's metrics
+/// and behavior, its status) is left out, so it cannot fail v1's decoding.
+fn as_hpa_v1(value: Value) -> Value {
+    let spec = value.get("spec");
+    let field = |name: &str| spec.and_then(|s| s.get(name)).cloned();
+    let mut kept = serde_json::Map::new();
+    for name in ["scaleTargetRef", "minReplicas", "maxReplicas"] {
+        if let Some(v) = field(name) {
+            kept.insert(name.into(), v);
+        }
+    }
+    serde_json::json!({
+        "apiVersion": "autoscaling/v1",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": value.get("metadata").cloned().unwrap_or(Value::Null),
+        "spec": kept,
+    })
 }
 
 fn fingerprint(value: &Value) -> u64 {
@@ -450,11 +569,34 @@ fn parse_options() -> serde_saphyr::Options {
 /// A nesting the pre-scan let through (it errs that way) but the parser's
 /// budget refused reads as the scan's own refusal; other errors as the parser says.
 fn parse_error(e: &serde_saphyr::Error) -> String {
-    use serde_saphyr::budget::BudgetBreach;
-    match e {
-        serde_saphyr::Error::Budget { breach: BudgetBreach::Depth { .. }, location } => {
-            format!("nested more than {MAX_DEPTH} levels deep at line {} column {}", location.line(), location.column())
+    use serde_saphyr::{budget::BudgetBreach, Error};
+    let at = e.location().filter(|l| l.line() > 0).map(|l| format!(" at line {} column {}", l.line(), l.column()));
+    let at = at.unwrap_or_default();
+    // What went wrong, under the wrappers that add where an alias was defined and used.
+    let mut inner = e;
+    while let Error::AliasError { error, .. } | Error::WithSnippet { error, .. } = inner {
+        inner = error;
+    }
+    // The parser's own wording names its options and types: say what is wrong with the text instead.
+    match inner {
+        Error::Budget { breach: BudgetBreach::Depth { .. }, .. } => {
+            format!("nested more than {MAX_DEPTH} levels deep{at}")
         }
+        Error::Budget {
+            breach:
+                BudgetBreach::RecordedAnchorEvents { .. } | BudgetBreach::Aliases { .. } | BudgetBreach::Anchors { .. },
+            ..
+        }
+        | Error::AliasReplayLimitExceeded { .. }
+        | Error::AliasReplayCounterOverflow { .. }
+        | Error::AliasReplayStackDepthExceeded { .. } => {
+            format!("aliases (*name) expand to more than {MAX_OBJECT_VALUES} values{at}: write the values out")
+        }
+        Error::Budget { .. } => {
+            format!("more than {MAX_VALUES} values in all (the limit of one run){at}; split the input")
+        }
+        Error::DuplicateMappingKey { key: Some(key), .. } => format!("the key {key} appears twice in one mapping{at}"),
+        Error::DuplicateMappingKey { key: None, .. } => format!("a key appears twice in one mapping{at}"),
         _ => format!("not YAML: {e}"),
     }
 }

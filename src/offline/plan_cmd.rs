@@ -4,7 +4,10 @@ use kube::ResourceExt;
 use serde_json::{json, Value};
 
 use super::evaluate::Evaluated;
-use crate::plan::{claim_key, Plan, CLAIM_EFFECT};
+use crate::{
+    plan::{claim_key, Plan, CLAIM_EFFECT},
+    status::READY,
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum OutputFormat {
@@ -35,7 +38,16 @@ pub fn plan_report(evaluations: &[Evaluated]) -> PlanReport {
         // Workload patches are partial objects: exactly what would be server-side applied.
         items.extend(e.plan.placement.iter().flat_map(|p| &p.workloads).map(|w| w.body.clone()));
         items.extend(e.plan.proxy.injections.iter().map(|i| i.body.clone()));
-        invalid |= !e.plan.is_valid();
+        if !e.plan.is_valid() {
+            // Nothing is planned for an invalid spec: Ready names the fields, and the rest would only look planned.
+            invalid = true;
+            let ready = e.bulkhead.status.iter().flat_map(|s| &s.conditions).filter(|c| c.type_ == READY);
+            for c in ready {
+                summary.push(format!("bulkhead {name}: {} {} ({}): {}", c.type_, c.status, c.reason, c.message));
+            }
+            summary.push(format!("bulkhead {name}: nothing planned until the spec is valid"));
+            continue;
+        }
         for c in e.bulkhead.status.iter().flat_map(|s| &s.conditions) {
             summary.push(format!("bulkhead {name}: {} {} ({}): {}", c.type_, c.status, c.reason, c.message));
         }

@@ -7,15 +7,18 @@ use super::{
 };
 use crate::crd::{LayerState, LayerStatus};
 
+/// Pairs each layer names in the message; the rest are counted.
+const PAIRS_NAMED: usize = 3;
+
 /// `Isolated`: True when every required layer is Separate; False when one is
 /// Shared; Unknown when only Unverified ones remain.
 pub fn isolated_condition(layers: &[LayerStatus], classes: usize) -> DesiredCondition {
     let required: Vec<&LayerStatus> = layers.iter().filter(|l| l.required).collect();
     let describe = |l: &LayerStatus| {
-        l.pairs
-            .iter()
-            .filter(|p| p.state == l.state)
-            .take(3)
+        let matching = l.pairs.iter().filter(|p| p.state == l.state);
+        let mut said: Vec<String> = matching
+            .clone()
+            .take(PAIRS_NAMED)
             .map(|p| {
                 format!(
                     "{:?} {} by {}: {}",
@@ -25,7 +28,15 @@ pub fn isolated_condition(layers: &[LayerStatus], classes: usize) -> DesiredCond
                     p.evidence.first().cloned().unwrap_or_default()
                 )
             })
-            .collect::<Vec<_>>()
+            .collect();
+        // The status lists a bounded number of pairs; those it counts without listing may be in either state.
+        let more = matching.count().saturating_sub(PAIRS_NAMED);
+        match (more, l.unlisted_pairs) {
+            (0, 0) => {}
+            (n, 0) => said.push(format!("and {n} more {} pair(s) in {:?}", verb(l.state), l.name)),
+            (n, u) => said.push(format!("and {} more pair(s) in {:?} (see status.layers)", n + u as usize, l.name)),
+        }
+        said
     };
     let shared: Vec<String> =
         required.iter().filter(|l| l.state == LayerState::Shared).flat_map(|l| describe(l)).collect();

@@ -92,6 +92,10 @@ pub fn build_status(
     if let Some(shards) = &plan.shards {
         let class_order: Vec<String> = bulkhead.spec.classes.iter().map(|c| c.name.clone()).collect();
         shard::annotate_node_layer(&mut layers, shards, &class_order);
+        // Tenants that may share a node may share its machine and zone too.
+        let mut shared: Vec<std::sync::Arc<LayerStatus>> = layers.into_iter().map(std::sync::Arc::new).collect();
+        crate::audit::imply_nested_layers(&mut shared, &class_order);
+        layers = shared.into_iter().map(|l| std::sync::Arc::try_unwrap(l).unwrap_or_else(|l| (*l).clone())).collect();
         desired.push(shard::shard_condition(shards));
     }
     if audit.is_some() {
@@ -209,6 +213,26 @@ fn funded(plan: &Plan) -> DesiredCondition {
 }
 
 fn control_plane_lane(plan: &Plan) -> DesiredCondition {
+    let unreserved: Vec<String> = plan
+        .capacity
+        .classes
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.critical && c.reserved == 0)
+        .map(|(i, c)| format!("{} (spec.classes[{i}].reserved: 0)", c.name))
+        .collect();
+    if !unreserved.is_empty() {
+        return DesiredCondition::new(
+            CONTROL_PLANE_LANE,
+            ConditionStatus::False,
+            reason::CRITICAL_CLASS_UNRESERVED,
+            format!(
+                "critical but reserving nothing: {}; the lane has no floor of its own, so during an overload \
+                 health checks compete for the surplus like everything else; reserve at least 1",
+                unreserved.join(", ")
+            ),
+        );
+    }
     let critical: Vec<String> = plan
         .capacity
         .classes

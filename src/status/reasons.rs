@@ -53,6 +53,8 @@ pub mod reason {
     pub const NO_CRITICAL_CLASS: &str = "NoCriticalClass";
     /// A critical class holds the control-plane lane.
     pub const CRITICAL_CLASS: &str = "CriticalClass";
+    /// A critical class reserves nothing: the lane has no floor.
+    pub const CRITICAL_CLASS_UNRESERVED: &str = "CriticalClassUnreserved";
     /// Every quota counts only its own class's pods.
     pub const QUOTAS_SCOPED: &str = "QuotasScoped";
     /// A shared namespace's quota sets a key a PriorityClass scope cannot carry.

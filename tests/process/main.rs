@@ -6,6 +6,7 @@
 
 mod bin;
 mod check_gate;
+mod check_verdicts;
 mod cli;
 mod errors;
 mod proxy;

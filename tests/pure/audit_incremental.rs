@@ -7,8 +7,8 @@
 use std::{collections::BTreeMap, sync::Arc};
 
 use bulkhead::{
-    audit::{audit, audit_cached, AuditConfig},
-    crd::Bulkhead,
+    audit::{audit, audit_cached, AuditConfig, NESTED},
+    crd::{Bulkhead, Layer, LayerState},
     select::Selection,
     snapshot::{NamespaceInfo, NodeInfo, ObjectKey, PodInfo, RuntimeClassInfo, Snapshot},
 };
@@ -221,4 +221,165 @@ fn pod_and_node_events_update_the_kept_state_without_a_rebuild() {
     assert_eq!(kept, audit(&Selection::parse(&bh), &s, &config));
     let node = kept.layers.iter().find(|l| l.name == bulkhead::crd::Layer::Node).expect("node layer");
     assert_eq!(node.pairs[0].evidence, vec!["node n-1 runs shop/pod-1 and shop/pod-2"]);
+}
+
+/// What the audit says of one pair in one layer (a pair a layer does not list is Separate).
+fn state_of(audit: &bulkhead::audit::Audit, layer: Layer, a: &str, b: &str) -> LayerState {
+    let l = audit.layers.iter().find(|l| l.name == layer).expect("every layer is reported");
+    l.pairs.iter().find(|p| p.classes == [a, b]).map_or(LayerState::Separate, |p| p.state)
+}
+
+/// The classes of the generated Bulkhead a pod belongs to by its selectors
+/// (spec.workload's classes aside), read from the snapshot as a person would.
+fn selected_by(s: &Snapshot, key: &ObjectKey, pod: &PodInfo) -> Vec<&'static str> {
+    let app = pod.labels.iter().find(|(k, _)| *k == "app").map(|(_, v)| v.to_string()).unwrap_or_default();
+    let batch =
+        s.namespaces.get(&key.namespace).is_some_and(|ns| ns.labels.iter().any(|(k, v)| k == "tier" && v == "batch"));
+    let mut classes = Vec::new();
+    if app == "checkout" || app == "api" {
+        classes.push("checkout");
+    }
+    if app == "search" || app == "api" {
+        classes.push("search");
+    }
+    if app == "reports" && batch {
+        classes.push("reports");
+    }
+    classes
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// One pod runs on one node with one kernel; one node sits on one machine
+    /// in one zone. So no pair may be Separate (or Unverified) in a layer
+    /// while it shares one nested in it; a shared node is a shared kernel
+    /// unless both sides run sandboxed there; and disjoint nodes are
+    /// disjoint kernels.
+    #[test]
+    fn no_pair_is_separate_under_a_layer_it_shares(
+        events in proptest::collection::vec(event(), 1..60),
+        workload in any::<bool>(),
+        host_label in any::<bool>(),
+    ) {
+        let bh = bulkhead(workload);
+        let config = AuditConfig { host_label: host_label.then(|| HOST_LABEL.to_string()), ..AuditConfig::default() };
+        let names: Vec<String> = bh.spec.classes.iter().map(|c| c.name.clone()).collect();
+        let mut s = start();
+        for e in &events {
+            apply(&mut s, e);
+        }
+        let audit = audit(&Selection::parse(&bh), &s, &config);
+        for (i, a) in names.iter().enumerate() {
+            for b in &names[i + 1..] {
+                for step in NESTED.windows(2) {
+                    if state_of(&audit, step[0], a, b) == LayerState::Shared {
+                        prop_assert_eq!(
+                            state_of(&audit, step[1], a, b), LayerState::Shared,
+                            "{} and {} share {:?} but not {:?}: {:?}", a, b, step[0], step[1], audit.layers
+                        );
+                    }
+                }
+                if state_of(&audit, Layer::Node, a, b) == LayerState::Separate {
+                    prop_assert_eq!(state_of(&audit, Layer::Kernel, a, b), LayerState::Separate);
+                }
+            }
+        }
+        // The oracle, from the snapshot alone: two classes' pods on one node,
+        // at least one of them on the node's own kernel (no RuntimeClass, or
+        // one that is not a sandbox), share that kernel.
+        let host_kernel = |p: &PodInfo| p.runtime_class.as_deref().is_none_or(|rc| rc == "runc");
+        let placed: Vec<(&ObjectKey, &PodInfo)> = s
+            .pods
+            .iter()
+            .filter(|(_, p)| !p.finished && p.node.as_deref().is_some_and(|n| s.nodes.contains_key(n)))
+            .collect();
+        for (ka, pa) in &placed {
+            for (kb, pb) in &placed {
+                if pa.node != pb.node || !(host_kernel(pa) || host_kernel(pb)) {
+                    continue;
+                }
+                for ca in selected_by(&s, ka, pa) {
+                    for cb in selected_by(&s, kb, pb) {
+                        let (Some(x), Some(y)) = (names.iter().position(|n| n == ca), names.iter().position(|n| n == cb)) else { continue };
+                        if x < y {
+                            prop_assert_eq!(
+                                state_of(&audit, Layer::Kernel, ca, cb), LayerState::Shared,
+                                "{} ({:?}) and {} ({:?}) on {:?}", ka, pa.runtime_class, kb, pb.runtime_class, pa.node
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A sandbox does not give a pod's classes a kernel each: one pod, one kernel.
+#[test]
+fn two_classes_in_one_sandboxed_pod_share_its_kernel() {
+    let bh = bulkhead(false);
+    let mut s = start();
+    // An `api` pod serves checkout and search, in a Kata sandbox.
+    apply(&mut s, &Event::Pod { id: 1, ns: 0, app: 3, node: Some(1), rc: 1 });
+    let found = audit(&Selection::parse(&bh), &s, &AuditConfig::default());
+    for layer in [Layer::Process, Layer::Node, Layer::Kernel, Layer::Zone, Layer::Host] {
+        assert_eq!(state_of(&found, layer, "checkout", "search"), LayerState::Shared, "{layer:?}");
+    }
+    let kernel = found.layers.iter().find(|l| l.name == Layer::Kernel).expect("kernel layer");
+    assert_eq!(
+        kernel.pairs[0].evidence,
+        vec!["pod shop/pod-1 serves both: one heap, one garbage collector (so one kernel)"]
+    );
+    // Before it is scheduled, too: wherever it runs, it is one pod.
+    let mut s = start();
+    apply(&mut s, &Event::Pod { id: 1, ns: 0, app: 3, node: None, rc: 1 });
+    let found = audit(&Selection::parse(&bh), &s, &AuditConfig::default());
+    assert_eq!(state_of(&found, Layer::Kernel, "checkout", "search"), LayerState::Shared);
+}
+
+/// A sandboxed pod beside an ordinary one still shares the node's kernel
+/// with it; two sandboxed pods do not share one.
+#[test]
+fn a_node_kernel_is_shared_unless_both_sides_are_sandboxed() {
+    let bh = bulkhead(false);
+    let mut s = start();
+    apply(&mut s, &Event::Pod { id: 1, ns: 0, app: 0, node: Some(1), rc: 1 }); // checkout, kata
+    apply(&mut s, &Event::Pod { id: 2, ns: 0, app: 1, node: Some(1), rc: 0 }); // search, no RuntimeClass
+    let audit1 = audit(&Selection::parse(&bh), &s, &AuditConfig::default());
+    assert_eq!(state_of(&audit1, Layer::Kernel, "checkout", "search"), LayerState::Shared);
+    let kernel = audit1.layers.iter().find(|l| l.name == Layer::Kernel).expect("kernel layer");
+    assert!(
+        kernel.pairs[0].evidence[0]
+            .starts_with("node n-1 runs shop/pod-1 and shop/pod-2: only one is sandboxed, and shop/pod-2 runs"),
+        "{:?}",
+        kernel.pairs
+    );
+    apply(&mut s, &Event::Pod { id: 2, ns: 0, app: 1, node: Some(1), rc: 1 }); // search sandboxed too
+    let audit2 = audit(&Selection::parse(&bh), &s, &AuditConfig::default());
+    assert_eq!(state_of(&audit2, Layer::Node, "checkout", "search"), LayerState::Shared);
+    assert_eq!(state_of(&audit2, Layer::Kernel, "checkout", "search"), LayerState::Separate);
+}
+
+/// A pod of two classes is named once in the Node layer's evidence.
+#[test]
+fn evidence_names_a_pod_of_both_classes_once() {
+    let bh = bulkhead(false);
+    let mut s = start();
+    apply(&mut s, &Event::Pod { id: 1, ns: 0, app: 3, node: Some(1), rc: 0 });
+    let audit = audit(&Selection::parse(&bh), &s, &AuditConfig::default());
+    let node = audit.layers.iter().find(|l| l.name == Layer::Node).expect("node layer");
+    assert_eq!(node.pairs[0].evidence, vec!["node n-1 runs shop/pod-1, which serves both"]);
+}
+
+/// Disjoint nodes are disjoint kernels, whatever RuntimeClass a pod names.
+#[test]
+fn a_missing_runtime_class_does_not_doubt_kernels_on_disjoint_nodes() {
+    let bh = bulkhead(false);
+    let mut s = start();
+    apply(&mut s, &Event::Pod { id: 1, ns: 0, app: 0, node: Some(1), rc: 3 }); // checkout, RuntimeClass missing
+    apply(&mut s, &Event::Pod { id: 2, ns: 0, app: 1, node: Some(2), rc: 0 }); // search
+    let audit = audit(&Selection::parse(&bh), &s, &AuditConfig::default());
+    assert_eq!(state_of(&audit, Layer::Node, "checkout", "search"), LayerState::Separate);
+    assert_eq!(state_of(&audit, Layer::Kernel, "checkout", "search"), LayerState::Separate);
 }
