@@ -1,8 +1,8 @@
 //! `bulkhead advise`: the usage advice of one Bulkhead, read from
 //! Prometheus, for a person (a table and the `kubectl patch` that applies
 //! it) or a script (`-o json`). Exit codes: 0 no findings, 1 findings,
-//! 3 bad input, 4 no telemetry (Prometheus unreachable, or no series of
-//! this Bulkhead in the window). Nothing is applied.
+//! 3 bad input, 4 no telemetry (Prometheus unreachable, no series of this
+//! Bulkhead in the window, or series without a single request). Nothing is applied.
 
 use std::fmt::Write as _;
 
@@ -26,7 +26,9 @@ pub enum AdviseFormat {
 }
 
 pub fn advise_exit(advice: &Advice) -> u8 {
-    if advice.findings.is_empty() {
+    if !advice.saw_traffic() {
+        EXIT_NO_TELEMETRY
+    } else if advice.findings.is_empty() {
         EXIT_NO_FINDINGS
     } else {
         EXIT_FINDINGS
@@ -89,6 +91,15 @@ pub fn advise_text(bulkhead: &Bulkhead, advice: &Advice) -> String {
          shared surplus: {} → {}",
         advice.shared_surplus, advice.recommended_shared_surplus
     );
+    if !advice.saw_traffic() {
+        // Silence is no evidence: nothing is judged and nothing is patched.
+        let _ = writeln!(
+            out,
+            "\nno traffic: no class had a request in flight or rejected in the window, so there is nothing to \
+             advise on; the floors are kept as they are (try a window that covers real traffic)"
+        );
+        return out;
+    }
     if advice.findings.is_empty() {
         let _ = writeln!(out, "\nno findings: the reservations match the use");
     } else {

@@ -186,7 +186,19 @@ pub fn isolated_in_use_condition(sizing: &Sizing) -> DesiredCondition {
 /// The advice to judge, or the Unknown condition of type `type_` when there is none.
 fn unknown<'a>(type_: &str, sizing: &'a Sizing) -> Result<&'a Advice, DesiredCondition> {
     match sizing {
-        Sizing::Advised(advice) if advice.replicas_seen > 0 => Ok(advice),
+        Sizing::Advised(advice) if advice.replicas_seen > 0 && advice.saw_traffic() => Ok(advice),
+        Sizing::Advised(advice) if advice.replicas_seen > 0 => Err(DesiredCondition::new(
+            type_,
+            ConditionStatus::Unknown,
+            reason::NO_TELEMETRY,
+            format!(
+                "{} proxy replica(s) of Bulkhead {} reported in the last {}, but no class had a request: silence \
+                 is no evidence of what a class needs",
+                advice.replicas_seen,
+                advice.bulkhead,
+                human_seconds(advice.window_seconds)
+            ),
+        )),
         Sizing::Advised(advice) => Err(DesiredCondition::new(
             type_,
             ConditionStatus::Unknown,

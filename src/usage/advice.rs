@@ -28,6 +28,14 @@ pub struct Advice {
     pub findings: Vec<Finding>,
 }
 
+impl Advice {
+    /// Whether any class had a request in the window (in flight or
+    /// rejected): without one there is nothing to advise on.
+    pub fn saw_traffic(&self) -> bool {
+        self.classes.iter().any(|c| c.peak_in_flight > 0 || c.rejected.values().any(|n| *n > 0))
+    }
+}
+
 /// One class's use against its reservation. `reserved`, `ceiling` and the
 /// recommendations are in the units of `spec.classes[]` (so a patch applies
 /// them as they are); the in-flight figures are per replica, as a proxy

@@ -43,6 +43,7 @@ pub fn analyse(bulkhead: &Bulkhead, t: &Telemetry, th: &Thresholds) -> Advice {
             p95: s.p95_in_flight,
             critical: c.critical,
             starved: s.time_at_ceiling() > th.starved_share && s.rejected_at_ceiling() > 0,
+            silent: s.peak_in_flight == 0 && s.rejected.values().all(|n| *n == 0),
         })
         .collect();
     let sizing = recommend(plan.per_replica_capacity, &demands, th.idle_ratio, th.ceiling_growth);

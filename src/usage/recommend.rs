@@ -4,7 +4,11 @@
 //!    under `idle_ratio` of its floor (an idle reservation is lowered), else
 //!    the larger of its floor and its p95 (a class that needs more is raised;
 //!    a starved class's p95 is its ceiling). A critical class's target is at
-//!    least 1.
+//!    least 1, and so is any class's that has a floor today: removing a
+//!    floor is a change of design, not of size. A class that saw no traffic
+//!    at all keeps its floor: silence is no evidence of what it needs. A
+//!    floor goes below 1 only when the other classes' observed p95s take the
+//!    whole pool (step 2).
 //! 2. When the targets do not fit in the capacity, each is cut towards its
 //!    minimum (max(p95, 1 if critical)) in proportion to how far above it
 //!    it is. Only when the minimums themselves do not fit (the p95s of
@@ -26,6 +30,8 @@ pub struct Demand {
     pub p95: u32,
     pub critical: bool,
     pub starved: bool,
+    /// No request of the class in the window: nothing was in flight and nothing was rejected.
+    pub silent: bool,
 }
 
 /// Floors, ceilings and the re-derived surplus, per replica.
@@ -36,9 +42,10 @@ pub struct Sizing {
     pub surplus: u32,
 }
 
-/// The lowest a class may be recommended: its p95, and 1 if critical.
+/// The lowest a class may be recommended: its p95, and 1 if critical or
+/// if it has a floor today.
 pub fn minimum(d: &Demand) -> u32 {
-    d.p95.max(u32::from(d.critical))
+    d.p95.max(u32::from(d.critical || d.reserved > 0))
 }
 
 pub fn recommend(capacity: u32, classes: &[Demand], idle_ratio: f64, ceiling_growth: f64) -> Sizing {
@@ -46,7 +53,9 @@ pub fn recommend(capacity: u32, classes: &[Demand], idle_ratio: f64, ceiling_gro
         .iter()
         .map(|d| {
             let idle = f64::from(d.p95) < idle_ratio * f64::from(d.reserved);
-            if idle {
+            if d.silent {
+                d.reserved.max(minimum(d))
+            } else if idle {
                 minimum(d)
             } else {
                 d.reserved.max(minimum(d))
@@ -54,10 +63,15 @@ pub fn recommend(capacity: u32, classes: &[Demand], idle_ratio: f64, ceiling_gro
         })
         .collect();
     let minimums: Vec<u32> = classes.iter().map(minimum).collect();
+    // What the use demands, without the floor of 1 kept for a class with a floor today.
+    let demanded: Vec<u32> = classes.iter().map(|d| d.p95.max(u32::from(d.critical))).collect();
     let critical: Vec<u32> = classes.iter().map(|d| u32::from(d.critical)).collect();
     let budget = u64::from(capacity);
     let reserved = if sum(&minimums) <= budget {
         shrink(&target, &minimums, budget)
+    } else if sum(&demanded) <= budget {
+        // The other classes' observed needs take the whole pool: a floor kept only for form gives way.
+        shrink(&target, &demanded, budget)
     } else if sum(&critical) <= budget {
         shrink(&minimums, &critical, budget)
     } else {
@@ -129,7 +143,7 @@ mod tests {
     use super::*;
 
     fn d(reserved: u32, ceiling: u32, p95: u32, critical: bool, starved: bool) -> Demand {
-        Demand { reserved, ceiling, ceiling_declared: true, p95, critical, starved }
+        Demand { reserved, ceiling, ceiling_declared: true, p95, critical, starved, silent: false }
     }
 
     #[test]
@@ -155,6 +169,23 @@ mod tests {
         let s = recommend(4, &[d(2, 4, 4, false, true), d(1, 4, 4, false, true), d(1, 1, 0, true, false)], 0.5, 1.5);
         assert!(s.reserved.iter().sum::<u32>() <= 4, "{:?}", s.reserved);
         assert_eq!(s.reserved[2], 1, "the critical class keeps 1");
+    }
+
+    #[test]
+    fn no_floor_is_advised_to_zero_and_silence_keeps_a_floor() {
+        // b is used lightly (p95 0), c saw no request at all: neither floor goes.
+        let mut c = d(3, 10, 0, false, false);
+        c.silent = true;
+        let s = recommend(10, &[d(4, 10, 1, false, false), d(4, 10, 0, false, false), c], 0.5, 1.5);
+        assert_eq!(s.reserved, vec![1, 1, 3]);
+        // Only when another class needs the room is a silent floor cut: to 1 while the pool allows it,
+        let mut c = d(6, 10, 0, false, false);
+        c.silent = true;
+        let s = recommend(10, &[d(4, 10, 8, false, true), c.clone()], 0.5, 1.5);
+        assert_eq!(s.reserved, vec![8, 2]);
+        // and to 0 only when the other's observed p95 takes the whole pool.
+        let s = recommend(10, &[d(4, 10, 10, false, true), c], 0.5, 1.5);
+        assert_eq!(s.reserved, vec![10, 0]);
     }
 
     #[test]

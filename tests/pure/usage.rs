@@ -252,3 +252,38 @@ proptest! {
         }
     }
 }
+
+/// A window without a single request is no evidence: nothing is advised,
+/// no floor is lowered, and `advise` says so and exits as for no telemetry.
+#[test]
+fn an_idle_window_advises_nothing_and_lowers_no_floor() {
+    let b = shop();
+    let silent = |name: &str| ClassSeries {
+        name: name.into(),
+        rejected: BTreeMap::from([("ceiling".to_string(), 0)]),
+        at_ceiling: vec![Some(0.0); 30],
+        latency: vec![None; 30],
+        ..ClassSeries::default()
+    };
+    let t = Telemetry { classes: vec![silent("starved"), silent("idle"), silent("ops")], ..uneven(30) };
+    let advice = analyse(&b, &t, &Thresholds::default());
+    assert!(!advice.saw_traffic());
+    let floors: Vec<u32> = advice.classes.iter().map(|c| c.recommended_reserved).collect();
+    assert_eq!(floors, vec![2, 6, 1], "silence keeps every floor");
+    let text = bulkhead::offline::advise_text(&b, &advice);
+    assert!(text.contains("no traffic: no class had a request"), "{text}");
+    assert!(!text.contains("no findings") && !text.contains("kubectl patch"), "{text}");
+    assert_eq!(bulkhead::offline::advise_exit(&advice), bulkhead::offline::EXIT_NO_TELEMETRY);
+    // One quiet class beside busy ones keeps its floor too; a lightly used one keeps at least 1.
+    let mut t = uneven(30);
+    t.classes[1] = silent("idle");
+    let advice = analyse(&b, &t, &Thresholds::default());
+    assert!(advice.saw_traffic());
+    let idle = advice.classes.iter().find(|c| c.name == "idle").expect("idle");
+    assert!(idle.recommended_reserved >= 1, "{idle:?}");
+    let mut t = uneven(30);
+    t.classes[1].p95_in_flight = 0;
+    let advice = analyse(&b, &t, &Thresholds::default());
+    let idle = advice.classes.iter().find(|c| c.name == "idle").expect("idle");
+    assert_eq!(idle.recommended_reserved, 1, "a used class with p95 0 keeps a floor of 1: {idle:?}");
+}
