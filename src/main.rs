@@ -138,13 +138,13 @@ enum Command {
     /// shuffleSharded: each tenant on K of the N nodes drawn at random (exact expectations),
     /// with combinations = C(N, K), the number of distinct shards.
     Shard {
-        /// Nodes (N).
+        /// Nodes (N), at most 100,000.
         #[arg(long, value_name = "N", allow_negative_numbers = true)]
         nodes: usize,
-        /// Nodes per tenant (K), 1 to N.
+        /// Nodes per tenant (K), 1 to N and at most 64 (a Bulkhead's own bound).
         #[arg(long, value_name = "K", allow_negative_numbers = true)]
         shard_size: usize,
-        /// Tenants (T), at least 1.
+        /// Tenants (T), 1 to 1,000,000,000.
         #[arg(long, value_name = "T", allow_negative_numbers = true)]
         tenants: u64,
         /// A table for people, or one JSON object.

@@ -7,7 +7,7 @@ use num_traits::ToPrimitive;
 use serde::{Serialize, Serializer};
 use serde_json::{json, Value};
 
-use super::{check_sizes, ShardError};
+use super::{check_sizes, ShardError, MAX_NODES, MAX_SHARD_SIZE, MAX_TENANTS};
 
 /// Expected numbers of the other tenants hit by one shard's failure.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -41,9 +41,18 @@ pub struct Calculation {
 
 impl Calculation {
     pub fn new(nodes: usize, shard_size: usize, tenants: u64) -> Result<Self, ShardError> {
+        if nodes > MAX_NODES {
+            return Err(ShardError::TooManyNodes { nodes, max: MAX_NODES });
+        }
+        if shard_size > MAX_SHARD_SIZE {
+            return Err(ShardError::ShardSizeTooLarge { shard_size, max: MAX_SHARD_SIZE });
+        }
         check_sizes(nodes, shard_size)?;
         if tenants == 0 {
             return Err(ShardError::NoTenants);
+        }
+        if tenants > MAX_TENANTS {
+            return Err(ShardError::TooManyTenants { tenants, max: MAX_TENANTS });
         }
         let others = tenants - 1;
         let shared = Impact { fully_affected: others as f64, partially_affected: 0.0, unaffected: 0.0 };
@@ -113,7 +122,7 @@ impl Calculation {
         );
         out += &format!(
             "shuffleSharded: each tenant on {k} of the {n} nodes drawn at random (expected counts); C({n}, {k}) = {} distinct shards.\n",
-            group_digits(&self.combinations.to_string())
+            big(&self.combinations)
         );
         out
     }
@@ -244,6 +253,16 @@ fn expectation(x: f64) -> String {
 }
 
 /// 75287520 → 75,287,520.
+/// A count for a person: exact up to 24 digits, beyond that in scientific
+/// notation with its number of digits (the JSON output keeps it exact).
+fn big(count: &BigUint) -> String {
+    let digits = count.to_string();
+    if digits.len() <= 24 {
+        return group_digits(&digits);
+    }
+    format!("{}.{}e{} (a number of {} digits)", &digits[..1], &digits[1..3], digits.len() - 1, digits.len())
+}
+
 fn group_digits(digits: &str) -> String {
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, c) in digits.chars().enumerate() {

@@ -32,15 +32,30 @@ pub enum ShardError {
     DuplicateTenant(String),
     #[error("node {0:?} is listed twice")]
     DuplicateNode(String),
+    #[error("{nodes} nodes is more than the calculator takes ({max}; Kubernetes is tested to 5,000)")]
+    TooManyNodes { nodes: usize, max: usize },
+    #[error("the shard size {shard_size} is more than a Bulkhead allows ({max})")]
+    ShardSizeTooLarge { shard_size: usize, max: usize },
+    #[error("{tenants} tenants is more than the calculator takes ({max})")]
+    TooManyTenants { tenants: u64, max: u64 },
 }
+
+/// The calculator's bounds: its work grows with the shard size, and its
+/// figures must stay exact and fit their columns. The shard size is the
+/// CRD's own bound (spec.shuffleSharding.shardSize).
+pub const MAX_SHARD_SIZE: usize = 64;
+pub const MAX_NODES: usize = 100_000;
+pub const MAX_TENANTS: u64 = 1_000_000_000;
 
 impl ShardError {
     /// The `bulkhead shard` flag this error is about.
     pub fn flag(&self) -> &'static str {
         match self {
-            ShardError::NoNodes | ShardError::DuplicateNode(_) => "--nodes",
-            ShardError::ZeroShardSize | ShardError::ShardLargerThanNodes { .. } => "--shard-size",
-            ShardError::NoTenants | ShardError::DuplicateTenant(_) => "--tenants",
+            ShardError::NoNodes | ShardError::DuplicateNode(_) | ShardError::TooManyNodes { .. } => "--nodes",
+            ShardError::ZeroShardSize
+            | ShardError::ShardLargerThanNodes { .. }
+            | ShardError::ShardSizeTooLarge { .. } => "--shard-size",
+            ShardError::NoTenants | ShardError::DuplicateTenant(_) | ShardError::TooManyTenants { .. } => "--tenants",
         }
     }
 }

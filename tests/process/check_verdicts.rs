@@ -294,3 +294,29 @@ fn a_sharded_node_layer_is_not_advised_node_groups() {
     assert!(err.contains("next: shuffle sharding shares nodes between tenants by design"), "{err}");
     assert!(!err.contains("node groups, or pod anti-affinity"), "{err}");
 }
+
+#[test]
+fn shard_bounds_its_work_and_its_output() {
+    // Each refused at once, the flag named (a shard size of 500,000 once ran past 60 s).
+    for (args, flag) in [
+        (["--nodes", "1000000", "--shard-size", "2", "--tenants", "10"], "--nodes"),
+        (["--nodes", "1000", "--shard-size", "500", "--tenants", "10"], "--shard-size"),
+        (["--nodes", "8", "--shard-size", "2", "--tenants", "18446744073709551615"], "--tenants"),
+    ] {
+        let started = std::time::Instant::now();
+        let mut all = vec!["shard"];
+        all.extend(args);
+        let (code, out, err) = run(&all, None);
+        assert_eq!(code, 3, "{args:?}: {out}{err}");
+        assert!(err.starts_with(&format!("error: {flag}: ")), "{err}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(10), "{args:?}");
+    }
+    // The largest input it takes: C(N, K) in scientific notation, the columns apart.
+    let (code, out, err) = run(&["shard", "--nodes", "100000", "--shard-size", "64", "--tenants", "1000000000"], None);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("distinct shards") && out.contains("e") && out.contains("(a number of "), "{out}");
+    assert!(out.lines().all(|l| l.len() < 200), "{out}");
+    let shared = out.lines().find(|l| l.starts_with("shared ")).expect("the shared row");
+    let cells: Vec<&str> = shared.split_whitespace().collect();
+    assert_eq!(cells, ["shared", "999,999,999", "0", "0"], "shared is T - 1 exactly, in columns of its own: {out}");
+}

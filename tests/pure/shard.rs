@@ -345,3 +345,9 @@ fn shard_assign_balances_node_load() {
     // 2,000 tenants each cover 3 pairs of the C(70,2) = 2,415 pairs: overlap 2 is forced.
     assert_eq!(r.largest_overlap, 2);
 }
+
+/// `bulkhead shard` takes the shard sizes a Bulkhead may declare, and no more.
+#[test]
+fn the_calculator_bounds_shard_size_as_the_crd_does() {
+    assert_eq!(bulkhead::shard::MAX_SHARD_SIZE, bulkhead::crd::MAX_SHARD_SIZE as usize);
+}
