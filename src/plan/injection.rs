@@ -57,6 +57,9 @@ pub struct ProxyPlan {
     pub injections: Vec<ProxyInjection>,
     /// Workloads carrying this Bulkhead's sidecar that should not any more.
     pub withdrawals: Vec<(WorkloadKind, ObjectKey)>,
+    /// Workloads an older Bulkhead's sidecar claims: left to it (one sidecar
+    /// per pod), each as `Deployment ns/name` with the winner.
+    pub yielded: Vec<(String, String)>,
 }
 
 /// `image`: the operator's default sidecar image.
@@ -75,12 +78,27 @@ pub(super) fn plan_proxy(
         return ProxyPlan { requested: true, withheld: true, ..ProxyPlan::default() };
     }
     let mut injections = Vec::new();
+    let mut yielded = Vec::new();
     if let (Some(w), Some(proxy), Some(matcher), Some(config_map)) =
         (workload, proxy, selection.workload.as_ref(), config_map)
     {
         let container = container(proxy, proxy.image.as_deref().unwrap_or(image));
         let volume = json!({"name": PROXY_VOLUME, "configMap": {"name": config_map}});
         for found in snapshot.workloads_in(&w.namespace).filter(|x| matcher.matches(&x.template_labels)) {
+            // Another Bulkhead's sidecar here (injected, or selected by its spec where that is known)
+            // counts while that Bulkhead exists; the older one keeps the workload.
+            let key = (found.kind, ObjectKey::new(&found.namespace, &found.name));
+            let claimed = snapshot.proxy_claims.get(&key).into_iter().flatten();
+            let older = found
+                .proxied_by
+                .keys()
+                .chain(claimed)
+                .filter(|b| b.as_str() != name && snapshot.seniority.knows(b))
+                .find(|b| snapshot.seniority.outranks(b, &name));
+            if let Some(winner) = older {
+                yielded.push((format!("{} {}", found.kind.as_str(), key.1), winner.clone()));
+                continue;
+            }
             let body = json!({
                 "apiVersion": "apps/v1",
                 "kind": found.kind.as_str(),
@@ -110,7 +128,7 @@ pub(super) fn plan_proxy(
         })
         .map(|(k, _)| k.clone())
         .collect();
-    ProxyPlan { requested: proxy.is_some(), withheld: false, injections, withdrawals }
+    ProxyPlan { requested: proxy.is_some(), withheld: false, injections, withdrawals, yielded }
 }
 
 /// The annotation marking a workload as injected by `bulkhead`.

@@ -6,7 +6,7 @@
 //! reduced to its lean form as it arrives (`index.rs`): what the planner reads
 //! in `workloads.rs`, what the audit reads in `topology.rs`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::{
     core::v1::{ConfigMap, ResourceQuota},
@@ -85,6 +85,10 @@ pub struct Snapshot {
     pub journal: Journal,
     /// When each Bulkhead was created: the older wins what two want.
     pub seniority: Seniority,
+    /// The Bulkheads whose spec.workload.proxy selects each workload, where
+    /// their specs are known (the offline commands read every Bulkhead's);
+    /// the controller sees only the markers injected workloads carry.
+    pub proxy_claims: BTreeMap<(WorkloadKind, ObjectKey), BTreeSet<String>>,
 }
 
 impl Snapshot {

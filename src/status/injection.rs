@@ -24,6 +24,20 @@ pub(super) fn proxy_condition(plan: &Plan, outcome: &ApplyOutcome) -> Option<Des
             reason::INJECTION_REFUSED,
             format!("left alone, the API server refused the sidecar: {}", super::list(proxy_refused)),
         ),
+        _ if !proxy.yielded.is_empty() => {
+            let named: Vec<String> =
+                proxy.yielded.iter().map(|(w, winner)| format!("{w} to Bulkhead {winner}")).collect();
+            condition(
+                ConditionStatus::False,
+                reason::PROXY_OF_OLDER_BULKHEAD,
+                format!(
+                    "a pod runs one bulkhead-proxy, and an older Bulkhead's selects these workloads: left {}; \
+                     {} other workload(s) carry this Bulkhead's",
+                    named.join(", "),
+                    proxy.injections.len()
+                ),
+            )
+        }
         _ if proxy.withheld => condition(
             ConditionStatus::False,
             reason::CONFIG_WITHHELD,

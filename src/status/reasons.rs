@@ -91,6 +91,8 @@ pub mod reason {
     pub const SIDECAR_INJECTED: &str = "SidecarInjected";
     /// The API server refused a sidecar injection (a conflict or a rejection).
     pub const INJECTION_REFUSED: &str = "InjectionRefused";
+    /// An older Bulkhead's sidecar claims a workload this one selects: it is left to that one.
+    pub const PROXY_OF_OLDER_BULKHEAD: &str = "ProxyOfOlderBulkhead";
     /// Every tenant holds a shard no other tenant holds.
     pub const SHARDS_ASSIGNED: &str = "ShardsAssigned";
     /// Some tenants hold the very same shard; the message names them.

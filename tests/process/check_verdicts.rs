@@ -320,3 +320,29 @@ fn shard_bounds_its_work_and_its_output() {
     let cells: Vec<&str> = shared.split_whitespace().collect();
     assert_eq!(cells, ["shared", "999,999,999", "0", "0"], "shared is T - 1 exactly, in columns of its own: {out}");
 }
+
+#[test]
+fn two_bulkheads_injecting_one_workload_are_told_apart_offline() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let one = |name: &str, created: &str| {
+        format!(
+            "---\napiVersion: bulkhead.dev/v1alpha1\nkind: Bulkhead\nmetadata: {{name: {name}, creationTimestamp: \"{created}\"}}\nspec:\n  dimension: Dependency\n  pool: {{resource: requests, capacity: 100}}\n  workload:\n    namespace: shop\n    selector: {{matchLabels: {{app: api}}}}\n    proxy: {{mode: Ingress, port: 8081, upstreamPort: 8080}}\n  classes:\n  - {{name: a, reserved: 10, critical: true}}\n  - {{name: b, reserved: 10}}\n"
+        )
+    };
+    let cluster = "apiVersion: v1\nkind: Namespace\nmetadata: {name: shop}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: api, namespace: shop}\nspec:\n  replicas: 1\n  selector: {matchLabels: {app: api}}\n  template:\n    metadata: {labels: {app: api}}\n    spec: {containers: [{name: app, image: x}]}\n";
+    let text = format!("{cluster}{}{}", one("young", "2026-06-01T00:00:00Z"), one("old", "2026-01-01T00:00:00Z"));
+    let f = dir.path().join("two.yaml");
+    std::fs::write(&f, text).expect("write");
+    let (code, _, err) = run(&["plan", "-f", f.to_str().expect("path")], None);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("bulkhead old: ProxyInjected True (SidecarInjected)"), "{err}");
+    assert!(
+        err.contains("bulkhead young: ProxyInjected False (ProxyOfOlderBulkhead)")
+            && err.contains("left Deployment shop/api to Bulkhead old"),
+        "{err}"
+    );
+    let injected: Vec<&str> =
+        err.lines().filter(|l| l.contains("would") && l.contains("Deployment shop/api")).collect();
+    assert_eq!(injected.len(), 1, "one sidecar is planned: {err}");
+    assert!(injected[0].starts_with("bulkhead old: "), "{err}");
+}

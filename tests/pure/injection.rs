@@ -238,3 +238,37 @@ fn an_unfunded_design_leaves_injected_sidecars_in_place() {
     let condition = status.conditions.iter().find(|c| c.type_ == PROXY_INJECTED).expect("ProxyInjected");
     assert_eq!((condition.status.as_str(), condition.reason.as_str()), ("False", "ConfigWithheld"));
 }
+
+/// A pod runs one sidecar: a Bulkhead whose workload already carries an
+/// older Bulkhead's yields it (no write, ProxyInjected False naming the
+/// winner), while a Bulkhead that is older than the one injected does not.
+#[test]
+fn a_workload_another_bulkheads_older_sidecar_holds_is_left_to_it() {
+    let mut older = bulkhead(INGRESS, 200);
+    older.metadata.name = Some("first".into());
+    older.metadata.creation_timestamp = Some(Time("2026-01-01T00:00:00Z".parse().expect("time")));
+    let mut younger = bulkhead(INGRESS, 200);
+    younger.metadata.creation_timestamp = Some(Time("2026-06-01T00:00:00Z".parse().expect("time")));
+    let mut snapshot = shop(json!({"proxy.bulkhead.dev/first": "abc"}), plain_template());
+    snapshot.seniority.insert(&older.metadata);
+    snapshot.seniority.insert(&younger.metadata);
+    let p = plan(&younger, &snapshot);
+    assert!(p.proxy.injections.is_empty());
+    assert_eq!(p.proxy.yielded, vec![("Deployment shop/api".to_string(), "first".to_string())]);
+    let all = changes("shop", &p, &snapshot, bulkhead::plan::WithheldConfig::KeepLast);
+    assert!(injections(&all).is_empty());
+    let status = build_status(&younger, &p, None, &ApplyOutcome::NotApplied, None, &Time(jiff::Timestamp::UNIX_EPOCH));
+    let c = status.conditions.iter().find(|c| c.type_ == PROXY_INJECTED).expect("ProxyInjected");
+    assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "ProxyOfOlderBulkhead"));
+    assert!(c.message.contains("Deployment shop/api to Bulkhead first"), "{}", c.message);
+    // The other way round: the older one is not kept out by the younger's sidecar.
+    let snapshot = {
+        let mut s = shop(json!({"proxy.bulkhead.dev/shop": "abc"}), plain_template());
+        s.seniority.insert(&older.metadata);
+        s.seniority.insert(&younger.metadata);
+        s
+    };
+    let p = plan(&older, &snapshot);
+    assert_eq!(p.proxy.injections.len(), 1);
+    assert!(p.proxy.yielded.is_empty());
+}
