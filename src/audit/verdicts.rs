@@ -277,8 +277,8 @@ impl AuditState {
                 let name = self.counts.nodes.names.get(d as usize).map(ToString::to_string).unwrap_or_default();
                 let host_side = if self.counts.layers[KERNEL].present(d) & (1 << a) != 0 { &pa } else { &pb };
                 let evidence = format!(
-                    "node {name} runs {pa} and {pb}: only one is sandboxed, and {host_side} runs on the \
-                     node's own kernel, which the sandbox's guest kernel runs on too"
+                    "node {name} runs {pa} and {pb}: {host_side} runs on the node's own kernel, which the \
+                     other shares even sandboxed (a sandbox's guest kernel runs on it)"
                 );
                 (a, b, evidence)
             })

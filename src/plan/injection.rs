@@ -94,7 +94,7 @@ pub(super) fn plan_proxy(
                 .keys()
                 .chain(claimed)
                 .filter(|b| b.as_str() != name && snapshot.seniority.knows(b))
-                .find(|b| snapshot.seniority.outranks(b, &name));
+                .find(|b| snapshot.seniority.outranks(b, name));
             if let Some(winner) = older {
                 yielded.push((format!("{} {}", found.kind.as_str(), key.1), winner.clone()));
                 continue;

@@ -84,7 +84,10 @@ fn a_sandboxed_pod_beside_an_ordinary_one_shares_the_nodes_kernel() {
     );
     let (code, _, err) = check_text(dir.path(), "half.yaml", &text);
     assert_eq!(code, 1, "{err}");
-    assert!(err.contains("only one is sandboxed, and shop/reports-1 runs on the node's own kernel"), "{err}");
+    assert!(
+        err.contains("shop/reports-1 runs on the node's own kernel, which the other shares even sandboxed"),
+        "{err}"
+    );
     // Both sandboxed: each has a guest kernel of its own.
     let text = format!(
         "{}{GVISOR}{}{}",

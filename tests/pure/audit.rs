@@ -116,32 +116,34 @@ fn a_class_with_only_unscheduled_pods_is_unverified_not_separate() {
 }
 
 #[test]
-fn a_sandboxed_runtime_class_separates_kernels_on_a_shared_node() {
+fn sandboxed_runtime_classes_on_both_sides_separate_kernels_on_a_shared_node() {
     let bh = two_classes("[Node, Kernel]");
     let mut c = Cluster::new();
     c.node("n-1", &[]);
     c.0.apply(&mk_runtime_class("kata", "kata-qemu"));
     c.0.apply(&mk_runtime_class("runc", "runc"));
     c.pod("checkout-1", "checkout", Some("n-1"), Some("kata"), None);
-    c.pod("reports-1", "reports", Some("n-1"), None, None);
+    c.pod("reports-1", "reports", Some("n-1"), Some("kata"), None);
     assert_eq!(layer(&bh, &c, Layer::Node).state, LayerState::Shared);
-    assert_eq!(
-        layer(&bh, &c, Layer::Kernel).state,
-        LayerState::Separate,
-        "kata-qemu gives checkout its own guest kernel"
-    );
+    assert_eq!(layer(&bh, &c, Layer::Kernel).state, LayerState::Separate, "kata-qemu gives each its own guest kernel");
+
+    // One side sandboxed: reports runs on the node's kernel, which checkout's guest kernel runs on too.
+    c.pod("reports-1", "reports", Some("n-1"), None, None);
+    let kernel = layer(&bh, &c, Layer::Kernel);
+    assert_eq!(kernel.state, LayerState::Shared, "a sandbox on one side only still shares the node's kernel");
+    assert!(kernel.pairs[0].evidence[0].contains("shop/reports-1 runs on the node's own kernel"), "{:?}", kernel.pairs);
 
     c.pod("checkout-1", "checkout", Some("n-1"), Some("runc"), None);
     let kernel = layer(&bh, &c, Layer::Kernel);
     assert_eq!(kernel.state, LayerState::Shared, "runc is no sandbox");
     assert!(kernel.pairs[0].evidence[0].contains("node n-1 runs shop/checkout-1 and shop/reports-1 on its kernel"));
 
+    // Beside a pod on the node's own kernel, what an unknown RuntimeClass would give does not matter.
     c.pod("checkout-1", "checkout", Some("n-1"), Some("missing"), None);
-    assert_eq!(
-        layer(&bh, &c, Layer::Kernel).state,
-        LayerState::Unverified,
-        "a RuntimeClass that does not exist proves nothing"
-    );
+    assert_eq!(layer(&bh, &c, Layer::Kernel).state, LayerState::Shared);
+    // Beside a sandboxed one it does: a RuntimeClass that does not exist proves nothing.
+    c.pod("reports-1", "reports", Some("n-1"), Some("kata"), None);
+    assert_eq!(layer(&bh, &c, Layer::Kernel).state, LayerState::Unverified);
 }
 
 #[test]

@@ -351,7 +351,7 @@ fn a_node_kernel_is_shared_unless_both_sides_are_sandboxed() {
     let kernel = audit1.layers.iter().find(|l| l.name == Layer::Kernel).expect("kernel layer");
     assert!(
         kernel.pairs[0].evidence[0]
-            .starts_with("node n-1 runs shop/pod-1 and shop/pod-2: only one is sandboxed, and shop/pod-2 runs"),
+            .starts_with("node n-1 runs shop/pod-1 and shop/pod-2: shop/pod-2 runs on the node's own kernel"),
         "{:?}",
         kernel.pairs
     );
