@@ -6,7 +6,10 @@
 //! with the evidence of the layer above; and, the other way, classes on
 //! disjoint nodes cannot share a kernel, whatever their RuntimeClasses say.
 
-use std::{collections::HashMap, sync::Arc};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
 
 use crate::crd::{Layer, LayerState, LayerStatus, PairStatus};
 
@@ -23,23 +26,31 @@ pub fn imply_nested_layers(layers: &mut [Arc<LayerStatus>], class_order: &[Strin
     let position: HashMap<&str, usize> = class_order.iter().enumerate().map(|(i, c)| (c.as_str(), i)).collect();
     for step in NESTED.windows(2) {
         let (Some(upper), Some(lower)) = (find(layers, step[0]), find(layers, step[1])) else { continue };
-        let shared: Vec<PairStatus> =
-            layers[upper].pairs.iter().filter(|p| p.state == LayerState::Shared).cloned().collect();
-        let missing: Vec<PairStatus> = shared
-            .into_iter()
-            .filter(|p| !layers[lower].pairs.iter().any(|q| q.classes == p.classes && q.state == LayerState::Shared))
+        // Each pair's place in the lower layer, looked up once: a layer lists up to n·(n-1)/2 pairs.
+        let listed: HashMap<(&str, &str), (usize, LayerState)> =
+            layers[lower].pairs.iter().enumerate().filter_map(|(i, p)| Some((key(p)?, (i, p.state)))).collect();
+        let missing: Vec<(Option<usize>, PairStatus)> = layers[upper]
+            .pairs
+            .iter()
+            .filter(|p| p.state == LayerState::Shared)
+            .filter_map(|p| match key(p).and_then(|k| listed.get(&k)) {
+                Some((_, LayerState::Shared)) => None,
+                Some((i, _)) => Some((Some(*i), p.clone())),
+                None => Some((None, p.clone())),
+            })
             .collect();
+        drop(listed);
         if missing.is_empty() {
             continue;
         }
         let status = Arc::make_mut(&mut layers[lower]);
-        for pair in missing {
+        for (at, pair) in missing {
             // Said of the layer the sharing was seen in, not of each step down.
-            let seen = |e: &String| e.find(SO_ONE).map_or(e.clone(), |at| e[..at].to_string());
+            let seen = |e: &String| e.find(SO_ONE).map_or(e.clone(), |cut| e[..cut].to_string());
             let evidence = pair.evidence.iter().map(|e| format!("{}{SO_ONE}{})", seen(e), noun(step[1]))).collect();
             let implied = PairStatus { classes: pair.classes, state: LayerState::Shared, evidence };
-            match status.pairs.iter_mut().find(|q| q.classes == implied.classes) {
-                Some(q) => *q = implied,
+            match at {
+                Some(i) => status.pairs[i] = implied,
                 None => status.pairs.push(implied),
             }
         }
@@ -54,14 +65,20 @@ pub fn imply_nested_layers(layers: &mut [Arc<LayerStatus>], class_order: &[Strin
 /// that does not exist, cannot make it share one).
 fn separate_nodes_separate_kernels(layers: &mut [Arc<LayerStatus>]) {
     let (Some(node), Some(kernel)) = (find(layers, Layer::Node), find(layers, Layer::Kernel)) else { return };
-    let on_a_node = |p: &PairStatus, node: &LayerStatus| node.pairs.iter().any(|q| q.classes == p.classes);
-    if layers[kernel].pairs.iter().all(|p| on_a_node(p, &layers[node])) {
+    let on_a_node: HashSet<(&str, &str)> = layers[node].pairs.iter().filter_map(key).collect();
+    if layers[kernel].pairs.iter().all(|p| key(p).is_some_and(|k| on_a_node.contains(&k))) {
         return;
     }
-    let node_layer = Arc::clone(&layers[node]);
+    let on_a_node: HashSet<(String, String)> =
+        on_a_node.into_iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
     let status = Arc::make_mut(&mut layers[kernel]);
-    status.pairs.retain(|p| on_a_node(p, &node_layer));
+    status.pairs.retain(|p| key(p).is_some_and(|(a, b)| on_a_node.contains(&(a.to_string(), b.to_string()))));
     status.state = state_of(&status.pairs);
+}
+
+/// A pair by its two class names.
+fn key(p: &PairStatus) -> Option<(&str, &str)> {
+    Some((p.classes.first()?.as_str(), p.classes.get(1)?.as_str()))
 }
 
 fn find(layers: &[Arc<LayerStatus>], layer: Layer) -> Option<usize> {

@@ -134,14 +134,22 @@ fn half_sandboxed_kernels(
     let (Some(node), Some(kernel)) = (find_layer(layers, Layer::Node), find_layer(layers, Layer::Kernel)) else {
         return;
     };
-    let index = |c: &str| names.iter().position(|n| n == c);
+    let positions: std::collections::HashMap<&str, usize> =
+        names.iter().enumerate().map(|(i, n)| (n.as_str(), i)).collect();
+    let index = |c: &str| positions.get(c).copied();
+    let kernel_shared: std::collections::HashSet<&[String]> = layers[kernel]
+        .pairs
+        .iter()
+        .filter(|q| q.state == LayerState::Shared)
+        .map(|q| q.classes.as_slice())
+        .collect();
     let candidates: Vec<(usize, usize)> = layers[node]
         .pairs
         .iter()
-        .filter(|p| p.state == LayerState::Shared)
-        .filter(|p| !layers[kernel].pairs.iter().any(|q| q.classes == p.classes && q.state == LayerState::Shared))
+        .filter(|p| p.state == LayerState::Shared && !kernel_shared.contains(p.classes.as_slice()))
         .filter_map(|p| Some((index(p.classes.first()?)?, index(p.classes.get(1)?)?)))
         .collect();
+    drop(kernel_shared);
     if candidates.is_empty() {
         return;
     }
@@ -156,6 +164,7 @@ fn half_sandboxed_kernels(
             state: LayerState::Shared,
             evidence: vec![evidence],
         };
+        // Few: only pairs on a node where exactly one side is sandboxed.
         match status.pairs.iter_mut().find(|q| q.classes == pair.classes) {
             Some(q) => *q = pair,
             None => status.pairs.push(pair),
