@@ -124,6 +124,11 @@ pub(super) struct LayerCounts {
     /// each of its entries: patched pair by pair as verdicts change.
     /// Shared with the `Audit`s handed out: patched in place when none holds it any more.
     pub status: Option<(Arc<LayerStatus>, Vec<usize>)>,
+    /// Grows whenever `status` is built or patched: what depends on it only
+    /// (the nesting pass) is kept while it stands still.
+    pub version: u64,
+    /// Pods counted alone (a sandboxed pod's guest kernel).
+    pub alone: u64,
 }
 
 impl LayerCounts {
@@ -142,6 +147,8 @@ impl LayerCounts {
             pair_cache: vec![None; n * n],
             doubt_cache: vec![None; n],
             status: None,
+            version: 0,
+            alone: 0,
         }
     }
 
@@ -200,7 +207,10 @@ impl LayerCounts {
         let c = class as usize;
         match dom {
             Dom::Ignored => self.ignored += u64::from(count),
-            Dom::Alone => self.place(c, i64::from(count)),
+            Dom::Alone => {
+                self.alone += u64::from(count);
+                self.place(c, i64::from(count));
+            }
             Dom::Known(d) => {
                 let d = *d;
                 self.place(c, i64::from(count));
@@ -249,7 +259,10 @@ impl LayerCounts {
         let c = class as usize;
         match dom {
             Dom::Ignored => self.ignored = self.ignored.saturating_sub(u64::from(count)),
-            Dom::Alone => self.place(c, -i64::from(count)),
+            Dom::Alone => {
+                self.alone = self.alone.saturating_sub(u64::from(count));
+                self.place(c, -i64::from(count));
+            }
             Dom::Known(d) => {
                 let d = *d;
                 self.place(c, -i64::from(count));

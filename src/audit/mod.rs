@@ -116,10 +116,51 @@ fn verdicts(state: &mut AuditState, selection: &Selection<'_>, snapshot: &Snapsh
         };
         layers.push(status);
     }
-    let names: Vec<String> = selection.classes.iter().map(|c| c.spec.name.clone()).collect();
-    half_sandboxed_kernels(state, &mut layers, &names, snapshot, hints);
-    imply_nested_layers(&mut layers, &names);
+    nest(state, &mut layers, selection, snapshot, hints);
     Audit { layers, unscheduled: state.unscheduled() }
+}
+
+/// The nesting pass, kept between calls while what it reads stands still:
+/// an event that moves a count but no verdict then costs nothing here.
+fn nest(
+    state: &mut AuditState,
+    layers: &mut [Arc<LayerStatus>],
+    selection: &Selection<'_>,
+    snapshot: &Snapshot,
+    hints: &Hints<'_>,
+) {
+    let names: Vec<String> = selection.classes.iter().map(|c| c.spec.name.clone()).collect();
+    let kernel = &state.counts.layers[KERNEL];
+    // Sandboxed pods, or pods of unknown RuntimeClass: the Kernel verdicts
+    // then read the counts, not only the layers (never kept).
+    if kernel.alone > 0 || !kernel.unknown.is_empty() {
+        state.implied = None;
+        half_sandboxed_kernels(state, layers, &names, snapshot, hints);
+        imply_nested_layers(layers, &names);
+        return;
+    }
+    let versions = [NODE, KERNEL, ZONE, HOST].map(|l| state.counts.layers[l].version);
+    let Some(process) = find_layer(layers, Layer::Process) else {
+        imply_nested_layers(layers, &names);
+        return;
+    };
+    // Built afresh by every call: compared by value.
+    let process = Arc::clone(&layers[process]);
+    if let Some(kept) = &state.implied {
+        if kept.versions == versions && kept.process == process {
+            for (layer, changed) in layers.iter_mut().zip(&kept.changed) {
+                if let Some(c) = changed {
+                    *layer = Arc::clone(c);
+                }
+            }
+            return;
+        }
+    }
+    let before: Vec<*const LayerStatus> = layers.iter().map(Arc::as_ptr).collect();
+    imply_nested_layers(layers, &names);
+    let changed =
+        layers.iter().zip(before).map(|(l, b)| (!std::ptr::eq(Arc::as_ptr(l), b)).then(|| Arc::clone(l))).collect();
+    state.implied = Some(state::Implied { versions, process, changed });
 }
 
 /// Pairs on a shared node that the Kernel layer counts apart only because
@@ -137,12 +178,8 @@ fn half_sandboxed_kernels(
     let positions: std::collections::HashMap<&str, usize> =
         names.iter().enumerate().map(|(i, n)| (n.as_str(), i)).collect();
     let index = |c: &str| positions.get(c).copied();
-    let kernel_shared: std::collections::HashSet<&[String]> = layers[kernel]
-        .pairs
-        .iter()
-        .filter(|q| q.state == LayerState::Shared)
-        .map(|q| q.classes.as_slice())
-        .collect();
+    let kernel_shared: std::collections::HashSet<&[String]> =
+        layers[kernel].pairs.iter().filter(|q| q.state == LayerState::Shared).map(|q| q.classes.as_slice()).collect();
     let candidates: Vec<(usize, usize)> = layers[node]
         .pairs
         .iter()

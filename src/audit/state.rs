@@ -43,6 +43,19 @@ pub struct AuditState {
     /// The Database layer, while no class names a database: then it follows
     /// from the spec alone (every pair Unverified), which this state is for.
     pub(super) database: Option<Arc<LayerStatus>>,
+    /// The nesting pass's last result, while its inputs stand still.
+    pub(super) implied: Option<Implied>,
+}
+
+/// What the nesting pass (`implied.rs`) changed, and what it read: the
+/// counted layers by version, the Process layer as it was.
+/// Only the layers it changed are held (its own copies), so the kept layer
+/// statuses stay unshared and are still patched in place.
+#[derive(Clone, Debug)]
+pub(super) struct Implied {
+    pub versions: [u64; 4],
+    pub process: Arc<LayerStatus>,
+    pub changed: Vec<Option<Arc<LayerStatus>>>,
 }
 
 #[derive(Clone, Debug)]
@@ -89,6 +102,7 @@ impl AuditState {
             counts,
             cursor: snapshot.journal.cursor(),
             database: None,
+            implied: None,
         };
         (state, hints)
     }

@@ -61,6 +61,7 @@ impl AuditState {
                 unlisted_pairs: 0,
             });
             l.status = Some((status.clone(), index));
+            l.version += 1;
             return status;
         };
         if stale.is_empty() {
@@ -69,6 +70,7 @@ impl AuditState {
         // Patch the kept status with the pairs worked out again: the rest
         // of it did not change. It is copied first only if the last Audit
         // handed out still holds it.
+        l.version += 1;
         let patched = Arc::make_mut(status);
         for &(a, b) in &stale {
             let p = a * n + b;
