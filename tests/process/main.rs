@@ -19,3 +19,4 @@ mod proxy_support;
 mod proxy_upstream;
 mod readme;
 mod shutdown;
+mod tests_run;
