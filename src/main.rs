@@ -12,8 +12,8 @@ use bulkhead::{
         OutputFormat, EXIT_INVALID_INPUT, EXIT_NO_TELEMETRY,
     },
     plan::{PlanConfig, DEFAULT_PROXY_IMAGE},
+    prometheus::{ClientOptions, PrometheusClient},
     shard::Calculation,
-    usage::parse_window,
 };
 use clap::{Parser, Subcommand};
 
@@ -44,8 +44,8 @@ enum Command {
         #[arg(long, default_value = "bulkhead-operator")]
         lease_name: String,
         /// After SIGTERM or SIGINT, how long in-flight reconciles may take before the process stops
-        /// anyway (a second signal stops it at once).
-        #[arg(long, value_name = "DURATION", default_value = "4s", value_parser = bulkhead::proxy::options::parse_duration)]
+        /// anyway (a second signal stops it at once); more than 0.
+        #[arg(long, value_name = "DURATION", default_value = "4s", value_parser = bulkhead::duration::positive)]
         shutdown_grace: std::time::Duration,
         #[command(flatten)]
         usage: UsageArgs,
@@ -105,21 +105,25 @@ enum Command {
         /// YAML or JSON files, directories or - for stdin, holding the Bulkhead to advise on.
         #[arg(short = 'f', long = "file", required = true)]
         files: Vec<PathBuf>,
-        /// Base URL of Prometheus's HTTP API (plain http), e.g. http://127.0.0.1:9090.
+        /// Base URL of Prometheus's HTTP API, e.g. http://127.0.0.1:9090 or
+        /// https://user:password@prometheus.example (user and password go in a Basic
+        /// Authorization header).
         #[arg(long, value_name = "URL")]
         prometheus: String,
-        /// How far back to look: 30s, 15m, 6h, 7d, 2w.
-        #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = parse_window)]
+        #[command(flatten)]
+        access: PrometheusAccess,
+        /// How far back to look, whole seconds: 30s, 15m, 6h, 1h30m, 7d, 2w.
+        #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = bulkhead::duration::whole_seconds)]
         window: std::time::Duration,
-        /// Length of one step, the unit of time-at-ceiling and of leak windows (default: the
-        /// window / 1000, at least 15s; at least two scrape intervals).
-        #[arg(long, value_name = "DURATION", value_parser = parse_window)]
+        /// Length of one step, the unit of time-at-ceiling and of leak windows, at most the window
+        /// (default: the window / 1000, at least 15s; at least two scrape intervals).
+        #[arg(long, value_name = "DURATION", value_parser = bulkhead::duration::whole_seconds)]
         step: Option<std::time::Duration>,
         /// The Bulkhead to advise on when the files hold several.
         #[arg(long, value_name = "NAME")]
         bulkhead: Option<String>,
         /// The longest one query may take (a week of a large fleet takes Prometheus tens of seconds).
-        #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_window)]
+        #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = bulkhead::duration::whole_seconds)]
         query_timeout: std::time::Duration,
         #[arg(short = 'o', long = "output", value_enum, default_value = "text")]
         output: AdviseFormat,
@@ -156,16 +160,36 @@ enum Command {
 /// Where the proxies' telemetry is and how often to read it (the `Sized` condition).
 #[derive(clap::Args, Clone)]
 struct UsageArgs {
-    /// Prometheus that scrapes the proxies (http://host:9090); each Bulkhead's use is then
-    /// analysed every --usage-period. Without it, Sized is Unknown (NoTelemetry).
+    /// Prometheus that scrapes the proxies (http://host:9090, or https://…); each Bulkhead's use
+    /// is then analysed every --usage-period. Without it, Sized is Unknown (NoTelemetry).
     #[arg(long, value_name = "URL")]
     prometheus_url: Option<String>,
-    /// How often each Bulkhead's use is analysed (at most one status write each).
-    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_window)]
+    #[command(flatten)]
+    access: PrometheusAccess,
+    /// How often each Bulkhead's use is analysed (at most one status write each), whole seconds.
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = bulkhead::duration::whole_seconds)]
     usage_period: std::time::Duration,
-    /// How much history one analysis reads.
-    #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = parse_window)]
+    /// How much history one analysis reads, whole seconds.
+    #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = bulkhead::duration::whole_seconds)]
     usage_window: std::time::Duration,
+}
+
+/// How to reach a Prometheus behind TLS or a token (`run` and `advise`).
+#[derive(clap::Args, Clone)]
+struct PrometheusAccess {
+    /// PEM file of the CAs that sign an https Prometheus's certificate, instead of the system's.
+    #[arg(long, value_name = "FILE")]
+    prometheus_ca_file: Option<PathBuf>,
+    /// File holding a bearer token for Prometheus, read again for every request (in a pod:
+    /// /var/run/secrets/kubernetes.io/serviceaccount/token).
+    #[arg(long, value_name = "FILE")]
+    prometheus_bearer_token_file: Option<PathBuf>,
+}
+
+impl From<PrometheusAccess> for ClientOptions {
+    fn from(a: PrometheusAccess) -> Self {
+        ClientOptions { ca_file: a.prometheus_ca_file, bearer_token_file: a.prometheus_bearer_token_file }
+    }
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -252,11 +276,11 @@ fn main() -> ExitCode {
         Command::Plan { files, output, config } => plan(&files, output, &config.into()),
         Command::Check { files, output, strict, config } => check(&files, output, strict, &config.into()),
         Command::Shard { nodes, shard_size, tenants, output } => shard(nodes, shard_size, tenants, output),
-        Command::Advise { files, prometheus, window, step, bulkhead, query_timeout, output } => {
-            let client = match bulkhead::prometheus::PrometheusClient::new(&prometheus) {
+        Command::Advise { files, prometheus, access, window, step, bulkhead, query_timeout, output } => {
+            let client = match PrometheusClient::with_options(&prometheus, &access.into()) {
                 Ok(c) => c.with_timeout(query_timeout),
                 Err(e) => {
-                    eprintln!("error: {e}");
+                    eprintln!("error: {}", Chain(&e));
                     return ExitCode::from(EXIT_INVALID_INPUT);
                 }
             };
@@ -339,7 +363,8 @@ fn usage_options(args: UsageArgs) -> anyhow::Result<bulkhead::controller::UsageO
     let Some(url) = args.prometheus_url else {
         return Ok(bulkhead::controller::UsageOptions::disabled());
     };
-    Ok(bulkhead::controller::UsageOptions::prometheus(&url, args.usage_period, args.usage_window)?)
+    let client = PrometheusClient::with_options(&url, &args.access.into())?;
+    Ok(bulkhead::controller::UsageOptions::with_client(client, args.usage_period, args.usage_window))
 }
 
 fn proxy(args: bulkhead::proxy::ProxyArgs) -> anyhow::Result<()> {
@@ -405,7 +430,7 @@ fn check(files: &[PathBuf], output: OutputFormat, strict: bool, config: &Config)
 
 fn advise(
     files: &[PathBuf],
-    client: &bulkhead::prometheus::PrometheusClient,
+    client: &PrometheusClient,
     window: std::time::Duration,
     step: Option<std::time::Duration>,
     name: Option<&str>,
@@ -440,13 +465,8 @@ fn advise(
         Ok(Ok(advice)) => advice,
         Ok(Err(e)) => {
             eprintln!("error: {}", Chain(&e));
-            // A bad URL or window is bad input; anything Prometheus did or did not answer, no telemetry.
-            let input_error = matches!(
-                e,
-                bulkhead::prometheus::PrometheusError::InvalidUrl { .. }
-                    | bulkhead::prometheus::PrometheusError::Window(_)
-            );
-            return ExitCode::from(if input_error { EXIT_INVALID_INPUT } else { EXIT_NO_TELEMETRY });
+            // A bad URL, file or window is bad input; anything Prometheus did or did not answer, no telemetry.
+            return ExitCode::from(if e.is_bad_input() { EXIT_INVALID_INPUT } else { EXIT_NO_TELEMETRY });
         }
         Err(e) => {
             eprintln!("error: {e:#}");

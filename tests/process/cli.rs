@@ -206,12 +206,3 @@ fn plan_shows_node_claims_taints_and_workload_patches() {
     let quota = items.iter().find(|i| i["kind"] == "ResourceQuota").expect("a scoped quota");
     assert_eq!(quota["spec"]["scopeSelector"]["matchExpressions"][0]["scopeName"], "PriorityClass");
 }
-
-#[test]
-fn run_refuses_a_usage_period_or_window_it_cannot_read_and_exits_3_as_advise_does() {
-    for (flag, value) in [("--usage-period", "10 minutes"), ("--usage-window", "0d"), ("--usage-window", "7x")] {
-        let (code, _, stderr) = bulkhead(&["run", flag, value]);
-        assert_eq!(code, 3, "{flag} {value}: {stderr}");
-        assert!(stderr.contains(flag) && stderr.contains("7d"), "{stderr}");
-    }
-}

@@ -7,6 +7,7 @@
 mod bin;
 mod check_gate;
 mod cli;
+mod durations;
 mod errors;
 mod proxy;
 mod proxy_abuse;
