@@ -11,7 +11,7 @@ use bulkhead::{
         advise_exit, advise_text, check_report, evaluate_all, load_files, plan_report, AdviseFormat, Input,
         OutputFormat, EXIT_INVALID_INPUT, EXIT_NO_TELEMETRY,
     },
-    plan::{PlanConfig, DEFAULT_PROXY_IMAGE},
+    plan::{default_proxy_security_context, parse_security_context, PlanConfig},
     prometheus::{ClientOptions, PrometheusClient},
     shard::Calculation,
 };
@@ -207,15 +207,23 @@ struct ConfigArgs {
     /// Node label naming the machine (hypervisor) under a node; without it the Host layer is Unverified.
     #[arg(long)]
     host_label: Option<String>,
-    /// Image of the injected proxy sidecar when a Bulkhead names none (the chart sets its own image).
-    #[arg(long, env = "BULKHEAD_PROXY_IMAGE", default_value = DEFAULT_PROXY_IMAGE)]
-    proxy_image: String,
+    /// Image of the injected proxy sidecar when a Bulkhead names none (the chart passes its own
+    /// image). Without it such a Bulkhead gets no sidecar (ProxyInjected False, NoProxyImage).
+    #[arg(long, env = "BULKHEAD_PROXY_IMAGE", value_name = "IMAGE")]
+    proxy_image: Option<String>,
+    /// securityContext of the injected proxy container, as JSON (default: restricted, user
+    /// 65532; on OpenShift give it without runAsUser).
+    #[arg(long, value_name = "JSON", value_parser = parse_security_context)]
+    proxy_security_context: Option<serde_json::Value>,
 }
 
 impl From<ConfigArgs> for Config {
     fn from(a: ConfigArgs) -> Self {
         Config {
-            plan: PlanConfig { proxy_image: a.proxy_image },
+            plan: PlanConfig {
+                proxy_image: a.proxy_image,
+                proxy_security_context: a.proxy_security_context.unwrap_or_else(default_proxy_security_context),
+            },
             audit: AuditConfig { sandbox_handlers: a.sandbox_handlers, host_label: a.host_label },
         }
     }

@@ -89,6 +89,8 @@ pub mod reason {
     pub const SIDECAR_INJECTED: &str = "SidecarInjected";
     /// The API server refused a sidecar injection (a conflict or a rejection).
     pub const INJECTION_REFUSED: &str = "InjectionRefused";
+    /// Neither the Bulkhead nor the operator (`--proxy-image`) names the sidecar's image.
+    pub const NO_PROXY_IMAGE: &str = "NoProxyImage";
     /// Every tenant holds a shard no other tenant holds.
     pub const SHARDS_ASSIGNED: &str = "ShardsAssigned";
     /// Some tenants hold the very same shard; the message names them.

@@ -162,6 +162,14 @@ fn the_operator_pod_meets_the_restricted_pod_security_standard() {
 
 /// The pod template of a Deployment after the operator injected the sidecar.
 fn injected_pod() -> Value {
+    injected_pod_with(&PlanConfig {
+        proxy_image: Some("registry.example/bulkhead:test".into()),
+        ..PlanConfig::default()
+    })
+}
+
+/// The same, with the operator configured as `config`.
+fn injected_pod_with(config: &PlanConfig) -> Value {
     let bulkhead: Bulkhead = serde_saphyr::from_str(
         "apiVersion: bulkhead.dev/v1alpha1\nkind: Bulkhead\nmetadata: {name: shop, uid: u-1}\nspec:\n  dimension: Dependency\n  \
          pool: {resource: requests, capacity: 100}\n  workload:\n    namespace: shop\n    selector: {matchLabels: {app: api}}\n    \
@@ -184,8 +192,7 @@ fn injected_pod() -> Value {
         }))
         .expect("deployment"),
     );
-    let config = PlanConfig { proxy_image: "registry.example/bulkhead:test".into() };
-    let plan = bulkhead::plan::plan(&Selection::parse(&bulkhead), &snapshot, &config);
+    let plan = bulkhead::plan::plan(&Selection::parse(&bulkhead), &snapshot, config);
     let injected: Vec<Value> = changes("shop", &plan, &snapshot, bulkhead::plan::WithheldConfig::KeepLast)
         .iter()
         .filter_map(|c| if let Change::InjectProxy(i) = c { Some(i.body.clone()) } else { None })
@@ -393,6 +400,9 @@ fn security_contexts_default_to_restricted_and_openshift_can_leave_the_ids_out()
         "containerSecurityContext.runAsUser=null",
         "--set",
         "containerSecurityContext.runAsGroup=null",
+        // The sidecar the operator injects (passed as --proxy-security-context).
+        "--set",
+        "proxy.securityContext.runAsUser=null",
     ];
     for major in [3, 4] {
         let pod = deployment_pod(&render(major, &unset));
@@ -649,6 +659,42 @@ fn usage_analysis_is_off_by_default_and_passes_its_url_period_and_window() {
         "usage.window=0d",
         "usage.windw=7d",
     ] {
+        let out = chart_support::helm_output(3, &["template", "--set", bad]);
+        assert!(!out.status.success(), "{bad} is refused by the schema");
+    }
+}
+
+/// The sidecar's securityContext is a chart value passed to the operator:
+/// by default the very context the binary would use (restricted, user
+/// 65532), and on OpenShift the same without runAsUser, still restricted.
+#[test]
+fn the_injected_sidecars_security_context_is_a_value_and_openshift_can_leave_the_user_out() {
+    let context = |docs: &[Value]| -> Value {
+        let args: Vec<String> = deployment_pod(docs)["containers"][0]["args"]
+            .as_array()
+            .expect("args")
+            .iter()
+            .filter_map(|a| a.as_str().map(String::from))
+            .collect();
+        let at = args.iter().position(|a| a == "--proxy-security-context").expect("--proxy-security-context");
+        bulkhead::plan::parse_security_context(&args[at + 1]).expect("a securityContext the operator accepts")
+    };
+    for major in [3, 4] {
+        assert_eq!(context(&render(major, &[])), bulkhead::plan::default_proxy_security_context(), "Helm {major}");
+        let openshift = context(&render(major, &["--set", "proxy.securityContext.runAsUser=null"]));
+        assert!(openshift.get("runAsUser").is_none(), "Helm {major}: {openshift}");
+        // What the operator then injects still meets restricted on its own.
+        let config = PlanConfig {
+            proxy_image: Some("registry.example/bulkhead:test".into()),
+            proxy_security_context: openshift,
+        };
+        let pod = injected_pod_with(&config);
+        let sidecar = pod["containers"].as_array().expect("containers").last().expect("the sidecar").clone();
+        assert_eq!(sidecar["name"], "bulkhead-proxy");
+        assert!(sidecar["securityContext"].get("runAsUser").is_none(), "{sidecar}");
+        assert_eq!(restricted_container(&sidecar, &Value::Null), Vec::<String>::new(), "Helm {major}");
+    }
+    for bad in ["proxy.securityContext.runAsUsr=1000", "proxy.securityContext.runAsUser=-1", "proxy.image=x"] {
         let out = chart_support::helm_output(3, &["template", "--set", bad]);
         assert!(!out.status.success(), "{bad} is refused by the schema");
     }

@@ -206,3 +206,57 @@ fn plan_shows_node_claims_taints_and_workload_patches() {
     let quota = items.iter().find(|i| i["kind"] == "ResourceQuota").expect("a scoped quota");
     assert_eq!(quota["spec"]["scopeSelector"]["matchExpressions"][0]["scopeName"], "PriorityClass");
 }
+
+/// `bulkhead plan` (and so the operator, which shares its planner and flags)
+/// without --proxy-image injects no sidecar into a Bulkhead that names no
+/// image, and the condition names the flag; --proxy-image and
+/// --proxy-security-context then shape the sidecar, and a securityContext
+/// with a misspelt field is refused at start.
+#[test]
+fn without_proxy_image_no_sidecar_is_planned_and_the_condition_names_the_flag() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let f = dir.path().join("proxied.yaml");
+    std::fs::write(
+        &f,
+        "apiVersion: bulkhead.dev/v1alpha1\nkind: Bulkhead\nmetadata: {name: proxied}\nspec:\n  dimension: Dependency\n  \
+         pool: {resource: requests, capacity: 10}\n  workload:\n    namespace: shop\n    selector: {matchLabels: {app: api}}\n    \
+         proxy: {mode: Ingress, port: 8081, upstreamPort: 8080}\n  classes:\n  - {name: a, reserved: 5}\n  - {name: b, reserved: 5}\n",
+    )
+    .expect("write");
+    let file = f.to_str().expect("path");
+    let (code, out, err) = bulkhead(&["plan", "-f", "examples/cluster/shop.yaml", "-f", file, "-o", "json"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("ProxyInjected False (NoProxyImage)") && err.contains("--proxy-image"), "{err}");
+    assert!(!err.contains("would inject"), "{err}");
+    assert!(!out.contains("bulkhead-proxy"), "no sidecar is planned: {out}");
+
+    let context = r#"{"runAsNonRoot":true,"allowPrivilegeEscalation":false,"capabilities":{"drop":["ALL"]}}"#;
+    let (code, out, err) = bulkhead(&[
+        "plan",
+        "-f",
+        "examples/cluster/shop.yaml",
+        "-f",
+        file,
+        "-o",
+        "json",
+        "--proxy-image",
+        "registry.example/bulkhead:1",
+        "--proxy-security-context",
+        context,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("ProxyInjected True"), "{err}");
+    let list: serde_json::Value = serde_json::from_str(&out).expect("JSON list");
+    let deployment = list["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .find(|i| i["kind"] == "Deployment")
+        .expect("the injection's apply body");
+    let sidecar = &deployment["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(sidecar["image"], "registry.example/bulkhead:1");
+    assert_eq!(sidecar["securityContext"], serde_json::from_str::<serde_json::Value>(context).expect("json"));
+
+    let (code, _, err) = bulkhead(&["plan", "-f", file, "--proxy-security-context", r#"{"runAsUsr":1}"#]);
+    assert!(code == 3 && err.contains("--proxy-security-context") && err.contains("runAsUsr"), "{err}");
+}
