@@ -5,7 +5,7 @@
 /// then Unknown/NoTelemetry, never a guess (see `is_no_telemetry`).
 #[derive(Debug, thiserror::Error)]
 pub enum PrometheusError {
-    #[error("--prometheus {url:?}: {reason}")]
+    #[error("Prometheus URL {url:?}: {reason}")]
     InvalidUrl { url: String, reason: String },
     #[error("Prometheus at {url} is unreachable")]
     Unreachable {

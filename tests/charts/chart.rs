@@ -655,13 +655,74 @@ fn usage_analysis_is_off_by_default_and_passes_its_url_period_and_window() {
     for bad in [
         "usage.prometheusUrl=prometheus:9090",
         "usage.period=10 minutes",
-        "usage.period=1h30m",
+        "usage.period=90",
         "usage.window=0d",
+        "usage.window=0h0m",
         "usage.windw=7d",
+        "usage.caFile=ca.pem",
+        "usage.caConfigMap=Not_A_Name",
     ] {
         let out = chart_support::helm_output(3, &["template", "--set", bad]);
         assert!(!out.status.success(), "{bad} is refused by the schema");
     }
+    // The binary's grammar: 1h30m is a span.
+    let on = args(&render(3, &["--set", "usage.prometheusUrl=http://p:9090", "--set", "usage.period=1h30m"]));
+    assert!(on.windows(2).any(|w| w == ["--usage-period", "1h30m"]), "{on:?}");
+}
+
+/// An https Prometheus behind a token (kube-rbac-proxy, Thanos, a managed
+/// one): the CA and the token file reach the operator's flags, a CA
+/// ConfigMap is mounted read-only where the flag points, and nothing is
+/// passed or mounted while no URL is set.
+#[test]
+fn an_https_prometheus_gets_its_ca_and_token_file() {
+    let args = |docs: &[Value]| -> Vec<String> {
+        deployment_pod(docs)["containers"][0]["args"]
+            .as_array()
+            .expect("args")
+            .iter()
+            .filter_map(|a| a.as_str().map(String::from))
+            .collect()
+    };
+    let token = "/var/run/secrets/kubernetes.io/serviceaccount/token";
+    let url = "usage.prometheusUrl=https://prometheus.monitoring:9091";
+    for major in [3, 4] {
+        let docs = render(
+            major,
+            &[
+                "--set",
+                url,
+                "--set",
+                "usage.caConfigMap=prometheus-ca",
+                "--set",
+                &format!("usage.bearerTokenFile={token}"),
+            ],
+        );
+        let a = args(&docs);
+        assert!(a.windows(2).any(|w| w == ["--prometheus-ca-file", "/etc/bulkhead/prometheus-ca/ca.crt"]), "{a:?}");
+        assert!(a.windows(2).any(|w| w == ["--prometheus-bearer-token-file", token]), "{a:?}");
+        let pod = deployment_pod(&docs);
+        assert_eq!(pod["volumes"][0]["configMap"]["name"], "prometheus-ca");
+        assert_eq!(pod["volumes"][0]["configMap"]["items"][0]["key"], "ca.crt");
+        let mount = &pod["containers"][0]["volumeMounts"][0];
+        assert_eq!(
+            (mount["mountPath"].as_str(), mount["readOnly"].as_bool()),
+            (Some("/etc/bulkhead/prometheus-ca"), Some(true))
+        );
+        assert_eq!(restricted_violations(&pod), Vec::<String>::new(), "Helm {major}");
+    }
+    let a = args(&render(3, &["--set", url, "--set", "usage.caFile=/etc/ssl/private-ca.pem"]));
+    assert!(a.windows(2).any(|w| w == ["--prometheus-ca-file", "/etc/ssl/private-ca.pem"]), "{a:?}");
+    assert!(!a.iter().any(|x| x == "--prometheus-bearer-token-file"), "{a:?}");
+    // Without a URL nothing is passed or mounted.
+    let docs =
+        render(3, &["--set", "usage.caConfigMap=prometheus-ca", "--set", &format!("usage.bearerTokenFile={token}")]);
+    assert!(!args(&docs).iter().any(|x| x.starts_with("--prometheus")), "{:?}", args(&docs));
+    assert!(deployment_pod(&docs).get("volumes").is_none());
+    let both = ["template", "--set", url, "--set", "usage.caFile=/a.pem", "--set", "usage.caConfigMap=ca"];
+    let out = chart_support::helm_output(3, &both);
+    assert!(!out.status.success(), "a CA file and a CA ConfigMap at once are refused");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("give one"), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 /// The sidecar's securityContext is a chart value passed to the operator:

@@ -260,3 +260,37 @@ fn without_proxy_image_no_sidecar_is_planned_and_the_condition_names_the_flag() 
     let (code, _, err) = bulkhead(&["plan", "-f", file, "--proxy-security-context", r#"{"runAsUsr":1}"#]);
     assert!(code == 3 && err.contains("--proxy-security-context") && err.contains("runAsUsr"), "{err}");
 }
+
+/// `run --prometheus-url https://…` is a configuration the operator starts
+/// with, not a fatal error that would crash-loop its pod: with no cluster to
+/// reach it stops on the missing credentials, past the URL. A URL it cannot
+/// use still stops it at once, named, and without the password.
+#[test]
+fn run_takes_an_https_prometheus_and_names_a_bad_one_without_its_password() {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_bulkhead"))
+            .arg("run")
+            .args(args)
+            .env("KUBECONFIG", "/nonexistent/kubeconfig")
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env("NO_COLOR", "1")
+            .output()
+            .expect("bulkhead runs");
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        (out.status.code().unwrap_or(-1), text)
+    };
+    let token = "/var/run/secrets/kubernetes.io/serviceaccount/token";
+    let (code, out) =
+        run(&["--prometheus-url", "https://prom.monitoring:9091", "--prometheus-bearer-token-file", token]);
+    assert!(code == 1 && out.contains("no Kubernetes credentials") && !out.contains("prometheus"), "{out}");
+    for (url, why) in [
+        ("https://alice:hunter2@prom:99999", "port \"99999\" is not a port"),
+        ("https://alice:hunter2@prom:9091/?x=1", "must not carry a query"),
+    ] {
+        let (code, out) = run(&["--prometheus-url", url]);
+        assert!(code == 1 && out.contains(why) && out.contains("https://***@prom"), "{url}: {out}");
+        assert!(!out.contains("hunter2"), "{url}: the password is printed: {out}");
+    }
+    let (code, out) = run(&["--prometheus-url", "https://prom:9091", "--prometheus-ca-file", "/nonexistent/ca.pem"]);
+    assert!(code == 1 && out.contains("--prometheus-ca-file /nonexistent/ca.pem"), "{out}");
+}

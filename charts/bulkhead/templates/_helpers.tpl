@@ -89,6 +89,25 @@ bulkhead-operator
 {{- end }}
 
 {{/*
+Where usage.caConfigMap is mounted, and the CA file the operator reads:
+usage.caFile, or ca.crt of the mounted ConfigMap, or nothing (the system's CAs).
+*/}}
+{{- define "bulkhead.prometheusCaDir" -}}
+/etc/bulkhead/prometheus-ca
+{{- end }}
+
+{{- define "bulkhead.prometheusCaFile" -}}
+{{- if and .Values.usage.caFile .Values.usage.caConfigMap }}
+{{- fail "usage.caFile and usage.caConfigMap both name the CA: give one" }}
+{{- end }}
+{{- if .Values.usage.caFile }}
+{{- .Values.usage.caFile }}
+{{- else if .Values.usage.caConfigMap }}
+{{- printf "%s/ca.crt" (include "bulkhead.prometheusCaDir" .) }}
+{{- end }}
+{{- end }}
+
+{{/*
 Namespace of the Events about Bulkheads (fixed in the binary). A Bulkhead is
 cluster-scoped, and the API server accepts Events about a cluster-scoped
 object only in "default" (or kube-system); `kubectl describe bulkhead` finds
