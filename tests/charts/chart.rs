@@ -44,7 +44,9 @@ fn helm_3_and_helm_4_lint_the_chart_and_render_the_same_objects() {
         "--set",
         "topologySpreadConstraints[0].whenUnsatisfiable=ScheduleAnyway",
         "--set",
-        "extraArgs={--lease-name,b}",
+        "extraArgs={--host-label,example.com/hypervisor}",
+        "--set",
+        "leaderElection.leaseName=bulkhead-b",
     ];
     for args in [&[][..], &on[..]] {
         assert_eq!(render(3, args), render(4, args), "Helm 3 and 4 disagree with {args:?}");
@@ -427,7 +429,7 @@ fn extra_args_a_disruption_budget_and_topology_spread_are_optional_values() {
         3,
         &[
             "--set",
-            "extraArgs={--lease-name,bulkhead-b}",
+            "extraArgs={--host-label,example.com/hypervisor}",
             "--set",
             "podDisruptionBudget.enabled=true",
             "--set",
@@ -444,7 +446,7 @@ fn extra_args_a_disruption_budget_and_topology_spread_are_optional_values() {
     let pod = &deployment["spec"]["template"]["spec"];
     let args: Vec<&str> =
         pod["containers"][0]["args"].as_array().expect("args").iter().filter_map(Value::as_str).collect();
-    assert_eq!(args[args.len() - 2..], ["--lease-name", "bulkhead-b"], "{args:?}");
+    assert_eq!(args[args.len() - 2..], ["--host-label", "example.com/hypervisor"], "{args:?}");
     let pdb = find(&docs, "PodDisruptionBudget")[0];
     assert_eq!(pdb["apiVersion"].as_str(), Some("policy/v1"));
     assert_eq!(pdb["spec"]["maxUnavailable"].as_u64(), Some(1));
@@ -759,4 +761,54 @@ fn the_injected_sidecars_security_context_is_a_value_and_openshift_can_leave_the
         let out = chart_support::helm_output(3, &["template", "--set", bad]);
         assert!(!out.status.success(), "{bad} is refused by the schema");
     }
+}
+
+/// The Lease name is one value: the flag the operator gets and the one name
+/// the Role grants. Given in extraArgs it would leave the Role granting
+/// another Lease (leader election then fails), so that is refused.
+#[test]
+fn a_lease_name_given_in_values_is_the_one_the_role_grants() {
+    let lease = |docs: &[Value]| -> (Option<String>, Vec<String>) {
+        let args: Vec<String> = deployment_pod(docs)["containers"][0]["args"]
+            .as_array()
+            .expect("args")
+            .iter()
+            .filter_map(|a| a.as_str().map(String::from))
+            .collect();
+        let flag = args.iter().position(|a| a == "--lease-name").map(|i| args[i + 1].clone());
+        let role = find(docs, "Role")
+            .into_iter()
+            .find(|r| r["metadata"]["name"].as_str().is_some_and(|n| n.ends_with("-leader-election")))
+            .expect("the leader-election Role");
+        let granted = role["rules"]
+            .as_array()
+            .expect("rules")
+            .iter()
+            .filter(|r| r["verbs"].as_array().is_some_and(|v| v.iter().any(|v| v == "update")))
+            .flat_map(|r| r["resourceNames"].as_array().cloned().unwrap_or_default())
+            .filter_map(|n| n.as_str().map(String::from))
+            .collect();
+        (flag, granted)
+    };
+    for major in [3, 4] {
+        for (args, name) in [
+            (vec!["--set", "replicaCount=2"], "bulkhead-operator"),
+            (vec!["--set", "replicaCount=2", "--set", "leaderElection.leaseName=team-b-operator"], "team-b-operator"),
+            (vec!["--set", "leaderElection.enabled=true", "--set", "leaderElection.leaseName=b"], "b"),
+        ] {
+            let (flag, granted) = lease(&render(major, &args));
+            assert_eq!(flag.as_deref(), Some(name), "Helm {major} {args:?}: the flag");
+            assert_eq!(granted, [name], "Helm {major} {args:?}: the Role grants the Lease the flag names");
+        }
+        // Without leader election no flag; the Role is rendered anyway, for the value's Lease.
+        let (flag, granted) = lease(&render(major, &["--set", "leaderElection.leaseName=later"]));
+        assert_eq!((flag, granted), (None, vec!["later".to_string()]), "Helm {major}");
+    }
+    for bad in ["extraArgs={--lease-name,b}", "extraArgs={--lease-name=b}", "extraArgs={--proxy-image,x}"] {
+        let out = chart_support::helm_output(3, &["template", "--set", bad]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains("is set by the chart from its values"), "{bad}: {err}");
+    }
+    let out = chart_support::helm_output(3, &["template", "--set", "leaderElection.leaseName=Not_A_Name"]);
+    assert!(!out.status.success(), "a Lease name the API server would refuse is refused");
 }

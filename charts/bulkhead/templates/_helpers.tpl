@@ -82,10 +82,11 @@ more than one replica (two active controllers would fight over every object).
 {{- end }}
 
 {{/*
-Name of the Lease the operator takes (fixed in the binary).
+Name of the Lease the operator takes: one value for the --lease-name flag and
+the Role's resourceNames, so that they cannot disagree.
 */}}
 {{- define "bulkhead.leaseName" -}}
-bulkhead-operator
+{{- .Values.leaderElection.leaseName }}
 {{- end }}
 
 {{/*
