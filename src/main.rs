@@ -40,9 +40,15 @@ enum Command {
         /// Namespace of the Lease (defaults to $POD_NAMESPACE, else "default").
         #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
         lease_namespace: String,
-        /// Name of the Lease.
-        #[arg(long, default_value = "bulkhead-operator")]
-        lease_name: String,
+        /// Name of the Lease (default: bulkhead-operator, or bulkhead-operator-NAME with
+        /// --operator-name).
+        #[arg(long)]
+        lease_name: Option<String>,
+        /// Act only on Bulkheads labelled bulkhead.dev/operator=NAME; without it, only on
+        /// Bulkheads without that label. Give each operator of a cluster its own (the chart's
+        /// operatorName), so that no two act on the same Bulkhead.
+        #[arg(long, value_name = "NAME", value_parser = operator_name)]
+        operator_name: Option<String>,
         /// After SIGTERM or SIGINT, how long in-flight reconciles may take before the process stops
         /// anyway (a second signal stops it at once); more than 0.
         #[arg(long, value_name = "DURATION", default_value = "4s", value_parser = bulkhead::duration::positive)]
@@ -252,14 +258,18 @@ fn main() -> ExitCode {
             leader_elect,
             lease_namespace,
             lease_name,
+            operator_name,
             shutdown_grace,
             usage,
             config,
         } => {
             init_tracing(log_format);
-            let lease =
-                leader_elect.then_some(bulkhead::controller::LeaseRef { namespace: lease_namespace, name: lease_name });
-            match run(metrics_addr, lease, shutdown_grace, usage, config.into()) {
+            let name = lease_name.unwrap_or_else(|| match &operator_name {
+                Some(operator) => format!("bulkhead-operator-{operator}"),
+                None => "bulkhead-operator".to_string(),
+            });
+            let lease = leader_elect.then_some(bulkhead::controller::LeaseRef { namespace: lease_namespace, name });
+            match run(metrics_addr, lease, shutdown_grace, usage, config.into(), operator_name) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!(error = %Chain(&*e), "controller stopped");
@@ -309,6 +319,21 @@ fn parse_error(e: clap::Error) -> ExitCode {
     }
 }
 
+/// `--operator-name`: a label value that is also a DNS label (it ends the
+/// default Lease name).
+fn operator_name(s: &str) -> Result<String, String> {
+    let ok = !s.is_empty()
+        && s.len() <= 63
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-');
+    if ok {
+        Ok(s.to_owned())
+    } else {
+        Err(format!("{s:?}: expected a DNS label (a-z, 0-9 and -, at most 63)"))
+    }
+}
+
 fn shard(nodes: usize, shard_size: usize, tenants: u64, output: ShardOutput) -> ExitCode {
     let calc = match Calculation::new(nodes, shard_size, tenants) {
         Ok(calc) => calc,
@@ -343,6 +368,7 @@ fn run(
     shutdown_grace: std::time::Duration,
     usage: UsageArgs,
     config: Config,
+    operator_name: Option<String>,
 ) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let result = runtime.block_on(async {
@@ -356,6 +382,7 @@ fn run(
             config,
             shutdown_grace,
             usage,
+            operator_name,
         };
         bulkhead::controller::run(client, options).await?;
         anyhow::Ok(())

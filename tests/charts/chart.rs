@@ -812,3 +812,33 @@ fn a_lease_name_given_in_values_is_the_one_the_role_grants() {
     let out = chart_support::helm_output(3, &["template", "--set", "leaderElection.leaseName=Not_A_Name"]);
     assert!(!out.status.success(), "a Lease name the API server would refuse is refused");
 }
+
+/// operatorName reaches the operator's --operator-name, labels its
+/// Deployment (which the chart's check of other releases reads) and names
+/// its default Lease; without it the operator acts on unlabelled Bulkheads
+/// and its Deployment says so with an empty label.
+#[test]
+fn an_operator_name_is_passed_labelled_and_names_the_lease() {
+    for major in [3, 4] {
+        let docs = render(major, &["--set", "operatorName=team-b", "--set", "replicaCount=2"]);
+        let deployment = find(&docs, "Deployment")[0];
+        assert_eq!(deployment["metadata"]["labels"]["bulkhead.dev/operator"], "team-b");
+        let args: Vec<&str> = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+            .as_array()
+            .expect("args")
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        assert!(args.windows(2).any(|w| w == ["--operator-name", "team-b"]), "{args:?}");
+        assert!(args.windows(2).any(|w| w == ["--lease-name", "bulkhead-operator-team-b"]), "{args:?}");
+        let docs = render(major, &[]);
+        let deployment = find(&docs, "Deployment")[0];
+        assert_eq!(deployment["metadata"]["labels"]["bulkhead.dev/operator"], "");
+        let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+        assert!(!args.contains("--operator-name"), "{args}");
+    }
+    for bad in ["operatorName=Team_B", "operatorName=-b", "extraArgs={--operator-name,b}"] {
+        let out = chart_support::helm_output(3, &["template", "--set", bad]);
+        assert!(!out.status.success(), "{bad} is refused");
+    }
+}

@@ -86,7 +86,33 @@ Name of the Lease the operator takes: one value for the --lease-name flag and
 the Role's resourceNames, so that they cannot disagree.
 */}}
 {{- define "bulkhead.leaseName" -}}
+{{- if .Values.leaderElection.leaseName }}
 {{- .Values.leaderElection.leaseName }}
+{{- else if .Values.operatorName }}
+{{- printf "bulkhead-operator-%s" .Values.operatorName }}
+{{- else }}
+{{- "bulkhead-operator" }}
+{{- end }}
+{{- end }}
+
+{{/*
+Fails when another release's operator Deployment, in any namespace, has this
+release's operatorName: both would act on the same Bulkheads. lookup reads
+the cluster on install and upgrade; helm template and --dry-run=client see
+nothing, so the check needs a cluster to mean anything.
+*/}}
+{{- define "bulkhead.assertOnlyOperatorOfItsName" -}}
+{{- $name := .Values.operatorName | default "" }}
+{{- $deployments := lookup "apps/v1" "Deployment" "" "" }}
+{{- range $d := ($deployments.items | default list) }}
+{{- $labels := $d.metadata.labels | default dict }}
+{{- if and (eq (get $labels "app.kubernetes.io/part-of") "bulkhead") (eq (get $labels "app.kubernetes.io/component") "operator") }}
+{{- $same := and (eq $d.metadata.namespace $.Release.Namespace) (eq (get $labels "app.kubernetes.io/instance") $.Release.Name) }}
+{{- if and (not $same) (eq (get $labels "bulkhead.dev/operator") $name) }}
+{{- fail (printf "Deployment %s/%s already runs a bulkhead operator named %q (operatorName): two operators would act on the same Bulkheads. Give this release its own operatorName, and label the Bulkheads it should act on bulkhead.dev/operator=<that name>" $d.metadata.namespace $d.metadata.name $name) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/*
