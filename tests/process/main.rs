@@ -7,6 +7,7 @@
 mod bin;
 mod check_gate;
 mod cli;
+mod docs_flags;
 mod durations;
 mod errors;
 mod proxy;
