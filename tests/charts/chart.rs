@@ -842,3 +842,49 @@ fn an_operator_name_is_passed_labelled_and_names_the_lease() {
         assert!(!out.status.success(), "{bad} is refused");
     }
 }
+
+/// NOTES.txt, what `helm install` prints, names every condition a status
+/// can carry (it once named 5 of 11).
+#[test]
+fn the_install_notes_name_every_condition() {
+    let notes = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/charts/bulkhead/templates/NOTES.txt"))
+        .expect("NOTES.txt");
+    let missing: Vec<&str> = bulkhead::status::CONDITION_TYPES
+        .iter()
+        .copied()
+        .filter(|c| !notes.split(|ch: char| !ch.is_ascii_alphanumeric()).any(|w| w == *c))
+        .collect();
+    assert!(missing.is_empty(), "NOTES.txt does not name {missing:?}");
+}
+
+/// "values.schema.json rejects unknown keys": the security contexts and
+/// affinity too, whose fields are Kubernetes's, so a misspelt one fails the
+/// install instead of being dropped by the API server.
+#[test]
+fn the_schema_refuses_a_misspelt_security_context_or_affinity_field() {
+    for bad in [
+        "podSecurityContext.runAsUsr=1000",
+        "containerSecurityContext.readOnlyRootFileSystem=true",
+        "containerSecurityContext.capabilities.remove={NET_RAW}",
+        "affinity.nodeAfinity.x=1",
+    ] {
+        let out = chart_support::helm_output(3, &["template", "--set", bad]);
+        assert!(!out.status.success(), "{bad} is refused by the schema");
+    }
+    let docs = render(
+        3,
+        &[
+            "--set",
+            "podSecurityContext.supplementalGroups={1000}",
+            "--set",
+            "affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight=1",
+            "--set",
+            "affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].preference.matchExpressions[0].key=pool",
+            "--set",
+            "affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].preference.matchExpressions[0].operator=Exists",
+        ],
+    );
+    let pod = deployment_pod(&docs);
+    assert_eq!(pod["securityContext"]["supplementalGroups"][0], 1000);
+    assert_eq!(pod["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]["weight"], 1);
+}
