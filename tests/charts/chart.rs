@@ -857,9 +857,10 @@ fn the_install_notes_name_every_condition() {
     assert!(missing.is_empty(), "NOTES.txt does not name {missing:?}");
 }
 
-/// "values.schema.json rejects unknown keys": the security contexts and
-/// affinity too, whose fields are Kubernetes's, so a misspelt one fails the
-/// install instead of being dropped by the API server.
+/// "values.schema.json rejects unknown keys": the security contexts,
+/// affinity, tolerations, extraEnv and spread constraints too, whose fields
+/// are Kubernetes's, so a misspelt one fails the install instead of being
+/// dropped by the API server.
 #[test]
 fn the_schema_refuses_a_misspelt_security_context_or_affinity_field() {
     for bad in [
@@ -867,6 +868,9 @@ fn the_schema_refuses_a_misspelt_security_context_or_affinity_field() {
         "containerSecurityContext.readOnlyRootFileSystem=true",
         "containerSecurityContext.capabilities.remove={NET_RAW}",
         "affinity.nodeAfinity.x=1",
+        "extraEnv[0].name=A,extraEnv[0].vaule=1",
+        "tolerations[0].key=a,tolerations[0].efect=NoSchedule",
+        "topologySpreadConstraints[0].maxSkew=1,topologySpreadConstraints[0].topologyKey=k,topologySpreadConstraints[0].whenUnsatisfiable=DoNotSchedule,topologySpreadConstraints[0].labelSelecter.a=b",
     ] {
         let out = chart_support::helm_output(3, &["template", "--set", bad]);
         assert!(!out.status.success(), "{bad} is refused by the schema");
@@ -877,6 +881,10 @@ fn the_schema_refuses_a_misspelt_security_context_or_affinity_field() {
             "--set",
             "podSecurityContext.supplementalGroups={1000}",
             "--set",
+            "tolerations[0].key=dedicated,tolerations[0].operator=Exists,tolerations[0].effect=NoSchedule",
+            "--set",
+            "extraEnv[0].name=A,extraEnv[0].value=x",
+            "--set",
             "affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight=1",
             "--set",
             "affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].preference.matchExpressions[0].key=pool",
@@ -886,5 +894,6 @@ fn the_schema_refuses_a_misspelt_security_context_or_affinity_field() {
     );
     let pod = deployment_pod(&docs);
     assert_eq!(pod["securityContext"]["supplementalGroups"][0], 1000);
+    assert_eq!(pod["tolerations"][0]["key"], "dedicated");
     assert_eq!(pod["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]["weight"], 1);
 }
