@@ -14,6 +14,7 @@
 pub mod audit;
 pub mod controller;
 pub mod crd;
+pub mod duration;
 pub mod error_chain;
 pub mod evaluate;
 pub mod logging;

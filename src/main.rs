@@ -11,9 +11,9 @@ use bulkhead::{
         advise_exit, advise_text, check_report, evaluate_all, load_files, plan_report, AdviseFormat, Input,
         OutputFormat, EXIT_INVALID_INPUT, EXIT_NO_TELEMETRY,
     },
-    plan::{PlanConfig, DEFAULT_PROXY_IMAGE},
+    plan::{default_proxy_security_context, parse_security_context, PlanConfig},
+    prometheus::{ClientOptions, PrometheusClient},
     shard::Calculation,
-    usage::parse_window,
 };
 use clap::{Parser, Subcommand};
 
@@ -40,12 +40,18 @@ enum Command {
         /// Namespace of the Lease (defaults to $POD_NAMESPACE, else "default").
         #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
         lease_namespace: String,
-        /// Name of the Lease.
-        #[arg(long, default_value = "bulkhead-operator")]
-        lease_name: String,
+        /// Name of the Lease (default: bulkhead-operator, or bulkhead-operator-NAME with
+        /// --operator-name).
+        #[arg(long)]
+        lease_name: Option<String>,
+        /// Act only on Bulkheads labelled bulkhead.dev/operator=NAME; without it, only on
+        /// Bulkheads without that label. Give each operator of a cluster its own (the chart's
+        /// operatorName), so that no two act on the same Bulkhead.
+        #[arg(long, value_name = "NAME", value_parser = operator_name)]
+        operator_name: Option<String>,
         /// After SIGTERM or SIGINT, how long in-flight reconciles may take before the process stops
-        /// anyway (a second signal stops it at once).
-        #[arg(long, value_name = "DURATION", default_value = "4s", value_parser = bulkhead::proxy::options::parse_duration)]
+        /// anyway (a second signal stops it at once); more than 0.
+        #[arg(long, value_name = "DURATION", default_value = "4s", value_parser = bulkhead::duration::positive)]
         shutdown_grace: std::time::Duration,
         #[command(flatten)]
         usage: UsageArgs,
@@ -105,21 +111,25 @@ enum Command {
         /// YAML or JSON files, directories or - for stdin, holding the Bulkhead to advise on.
         #[arg(short = 'f', long = "file", required = true)]
         files: Vec<PathBuf>,
-        /// Base URL of Prometheus's HTTP API (plain http), e.g. http://127.0.0.1:9090.
+        /// Base URL of Prometheus's HTTP API, e.g. http://127.0.0.1:9090 or
+        /// https://user:password@prometheus.example (user and password go in a Basic
+        /// Authorization header).
         #[arg(long, value_name = "URL")]
         prometheus: String,
-        /// How far back to look: 30s, 15m, 6h, 7d, 2w.
-        #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = parse_window)]
+        #[command(flatten)]
+        access: PrometheusAccess,
+        /// How far back to look, whole seconds: 30s, 15m, 6h, 1h30m, 7d, 2w.
+        #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = bulkhead::duration::whole_seconds)]
         window: std::time::Duration,
-        /// Length of one step, the unit of time-at-ceiling and of leak windows (default: the
-        /// window / 1000, at least 15s; at least two scrape intervals).
-        #[arg(long, value_name = "DURATION", value_parser = parse_window)]
+        /// Length of one step, the unit of time-at-ceiling and of leak windows, at most the window
+        /// (default: the window / 1000, at least 15s; at least two scrape intervals).
+        #[arg(long, value_name = "DURATION", value_parser = bulkhead::duration::whole_seconds)]
         step: Option<std::time::Duration>,
         /// The Bulkhead to advise on when the files hold several.
         #[arg(long, value_name = "NAME")]
         bulkhead: Option<String>,
         /// The longest one query may take (a week of a large fleet takes Prometheus tens of seconds).
-        #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_window)]
+        #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = bulkhead::duration::whole_seconds)]
         query_timeout: std::time::Duration,
         #[arg(short = 'o', long = "output", value_enum, default_value = "text")]
         output: AdviseFormat,
@@ -156,16 +166,36 @@ enum Command {
 /// Where the proxies' telemetry is and how often to read it (the `Sized` condition).
 #[derive(clap::Args, Clone)]
 struct UsageArgs {
-    /// Prometheus that scrapes the proxies (http://host:9090); each Bulkhead's use is then
-    /// analysed every --usage-period. Without it, Sized is Unknown (NoTelemetry).
+    /// Prometheus that scrapes the proxies (http://host:9090, or https://…); each Bulkhead's use
+    /// is then analysed every --usage-period. Without it, Sized is Unknown (NoTelemetry).
     #[arg(long, value_name = "URL")]
     prometheus_url: Option<String>,
-    /// How often each Bulkhead's use is analysed (at most one status write each).
-    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_window)]
+    #[command(flatten)]
+    access: PrometheusAccess,
+    /// How often each Bulkhead's use is analysed (at most one status write each), whole seconds.
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = bulkhead::duration::whole_seconds)]
     usage_period: std::time::Duration,
-    /// How much history one analysis reads.
-    #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = parse_window)]
+    /// How much history one analysis reads, whole seconds.
+    #[arg(long, value_name = "DURATION", default_value = "7d", value_parser = bulkhead::duration::whole_seconds)]
     usage_window: std::time::Duration,
+}
+
+/// How to reach a Prometheus behind TLS or a token (`run` and `advise`).
+#[derive(clap::Args, Clone)]
+struct PrometheusAccess {
+    /// PEM file of the CAs that sign an https Prometheus's certificate, instead of the system's.
+    #[arg(long, value_name = "FILE")]
+    prometheus_ca_file: Option<PathBuf>,
+    /// File holding a bearer token for Prometheus, read again for every request (in a pod:
+    /// /var/run/secrets/kubernetes.io/serviceaccount/token).
+    #[arg(long, value_name = "FILE")]
+    prometheus_bearer_token_file: Option<PathBuf>,
+}
+
+impl From<PrometheusAccess> for ClientOptions {
+    fn from(a: PrometheusAccess) -> Self {
+        ClientOptions { ca_file: a.prometheus_ca_file, bearer_token_file: a.prometheus_bearer_token_file }
+    }
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -183,15 +213,23 @@ struct ConfigArgs {
     /// Node label naming the machine (hypervisor) under a node; without it the Host layer is Unverified.
     #[arg(long)]
     host_label: Option<String>,
-    /// Image of the injected proxy sidecar when a Bulkhead names none (the chart sets its own image).
-    #[arg(long, env = "BULKHEAD_PROXY_IMAGE", default_value = DEFAULT_PROXY_IMAGE)]
-    proxy_image: String,
+    /// Image of the injected proxy sidecar when a Bulkhead names none (the chart passes its own
+    /// image). Without it such a Bulkhead gets no sidecar (ProxyInjected False, NoProxyImage).
+    #[arg(long, env = "BULKHEAD_PROXY_IMAGE", value_name = "IMAGE")]
+    proxy_image: Option<String>,
+    /// securityContext of the injected proxy container, as JSON (default: restricted, user
+    /// 65532; on OpenShift give it without runAsUser).
+    #[arg(long, value_name = "JSON", value_parser = parse_security_context)]
+    proxy_security_context: Option<serde_json::Value>,
 }
 
 impl From<ConfigArgs> for Config {
     fn from(a: ConfigArgs) -> Self {
         Config {
-            plan: PlanConfig { proxy_image: a.proxy_image },
+            plan: PlanConfig {
+                proxy_image: a.proxy_image,
+                proxy_security_context: a.proxy_security_context.unwrap_or_else(default_proxy_security_context),
+            },
             audit: AuditConfig { sandbox_handlers: a.sandbox_handlers, host_label: a.host_label },
         }
     }
@@ -220,14 +258,18 @@ fn main() -> ExitCode {
             leader_elect,
             lease_namespace,
             lease_name,
+            operator_name,
             shutdown_grace,
             usage,
             config,
         } => {
             init_tracing(log_format);
-            let lease =
-                leader_elect.then_some(bulkhead::controller::LeaseRef { namespace: lease_namespace, name: lease_name });
-            match run(metrics_addr, lease, shutdown_grace, usage, config.into()) {
+            let name = lease_name.unwrap_or_else(|| match &operator_name {
+                Some(operator) => format!("bulkhead-operator-{operator}"),
+                None => "bulkhead-operator".to_string(),
+            });
+            let lease = leader_elect.then_some(bulkhead::controller::LeaseRef { namespace: lease_namespace, name });
+            match run(metrics_addr, lease, shutdown_grace, usage, config.into(), operator_name) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!(error = %Chain(&*e), "controller stopped");
@@ -252,11 +294,11 @@ fn main() -> ExitCode {
         Command::Plan { files, output, config } => plan(&files, output, &config.into()),
         Command::Check { files, output, strict, config } => check(&files, output, strict, &config.into()),
         Command::Shard { nodes, shard_size, tenants, output } => shard(nodes, shard_size, tenants, output),
-        Command::Advise { files, prometheus, window, step, bulkhead, query_timeout, output } => {
-            let client = match bulkhead::prometheus::PrometheusClient::new(&prometheus) {
+        Command::Advise { files, prometheus, access, window, step, bulkhead, query_timeout, output } => {
+            let client = match PrometheusClient::with_options(&prometheus, &access.into()) {
                 Ok(c) => c.with_timeout(query_timeout),
                 Err(e) => {
-                    eprintln!("error: {e}");
+                    eprintln!("error: {}", Chain(&e));
                     return ExitCode::from(EXIT_INVALID_INPUT);
                 }
             };
@@ -274,6 +316,21 @@ fn parse_error(e: clap::Error) -> ExitCode {
     match e.kind() {
         ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => ExitCode::SUCCESS,
         _ => ExitCode::from(EXIT_INVALID_INPUT),
+    }
+}
+
+/// `--operator-name`: a label value that is also a DNS label (it ends the
+/// default Lease name).
+fn operator_name(s: &str) -> Result<String, String> {
+    let ok = !s.is_empty()
+        && s.len() <= 63
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-');
+    if ok {
+        Ok(s.to_owned())
+    } else {
+        Err(format!("{s:?}: expected a DNS label (a-z, 0-9 and -, at most 63)"))
     }
 }
 
@@ -311,6 +368,7 @@ fn run(
     shutdown_grace: std::time::Duration,
     usage: UsageArgs,
     config: Config,
+    operator_name: Option<String>,
 ) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let result = runtime.block_on(async {
@@ -324,6 +382,7 @@ fn run(
             config,
             shutdown_grace,
             usage,
+            operator_name,
         };
         bulkhead::controller::run(client, options).await?;
         anyhow::Ok(())
@@ -339,7 +398,8 @@ fn usage_options(args: UsageArgs) -> anyhow::Result<bulkhead::controller::UsageO
     let Some(url) = args.prometheus_url else {
         return Ok(bulkhead::controller::UsageOptions::disabled());
     };
-    Ok(bulkhead::controller::UsageOptions::prometheus(&url, args.usage_period, args.usage_window)?)
+    let client = PrometheusClient::with_options(&url, &args.access.into())?;
+    Ok(bulkhead::controller::UsageOptions::with_client(client, args.usage_period, args.usage_window))
 }
 
 fn proxy(args: bulkhead::proxy::ProxyArgs) -> anyhow::Result<()> {
@@ -405,7 +465,7 @@ fn check(files: &[PathBuf], output: OutputFormat, strict: bool, config: &Config)
 
 fn advise(
     files: &[PathBuf],
-    client: &bulkhead::prometheus::PrometheusClient,
+    client: &PrometheusClient,
     window: std::time::Duration,
     step: Option<std::time::Duration>,
     name: Option<&str>,
@@ -440,13 +500,8 @@ fn advise(
         Ok(Ok(advice)) => advice,
         Ok(Err(e)) => {
             eprintln!("error: {}", Chain(&e));
-            // A bad URL or window is bad input; anything Prometheus did or did not answer, no telemetry.
-            let input_error = matches!(
-                e,
-                bulkhead::prometheus::PrometheusError::InvalidUrl { .. }
-                    | bulkhead::prometheus::PrometheusError::Window(_)
-            );
-            return ExitCode::from(if input_error { EXIT_INVALID_INPUT } else { EXIT_NO_TELEMETRY });
+            // A bad URL, file or window is bad input; anything Prometheus did or did not answer, no telemetry.
+            return ExitCode::from(if e.is_bad_input() { EXIT_INVALID_INPUT } else { EXIT_NO_TELEMETRY });
         }
         Err(e) => {
             eprintln!("error: {e:#}");

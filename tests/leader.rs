@@ -1,6 +1,7 @@
 //! Two operator replicas with leader election: one reconciles, the other
 //! waits; when the leader stops (SIGTERM, as on a rollout) the standby takes
-//! over. Also proves a graceful shutdown ends the process.
+//! over. Also proves a graceful shutdown ends the process, and that two
+//! operators named apart never act on the same Bulkhead.
 
 mod support;
 
@@ -68,4 +69,77 @@ async fn only_the_lease_holder_reconciles_and_a_standby_takes_over() {
     // Deleting goes through the operator's finalizer: do it while one runs.
     cp.kubectl(&["delete", "bulkhead", &one, &two, "--timeout=30s"]);
     assert!(second.stop(), "the second replica exits on SIGTERM");
+}
+
+/// Two operators named apart (`--operator-name`, a chart release's
+/// `operatorName`) never act on the same Bulkhead: the unnamed one takes
+/// the unlabelled Bulkheads, the named one those labelled with its name, and
+/// relabelling a Bulkhead moves it from one to the other.
+#[tokio::test]
+async fn two_operators_named_apart_never_act_on_the_same_bulkhead() {
+    let cp = ControlPlane::get();
+    let client = cp.client().await;
+    let unnamed = Operator::start("unnamed", &[]);
+    let named = Operator::start("team-b", &["--operator-name", "team-b"]);
+    let bulkheads: Api<Bulkhead> = Api::all(client.clone());
+    let mine = format!("apart-unlabelled-{}", unique_suffix());
+    let theirs = format!("apart-team-b-{}", unique_suffix());
+    cp.apply_yaml(&bulkhead_yaml(&mine));
+    cp.apply_yaml(&bulkhead_yaml(&theirs).replace(
+        &format!("metadata: {{name: {theirs}}}"),
+        &format!("metadata: {{name: {theirs}, labels: {{bulkhead.dev/operator: team-b}}}}"),
+    ));
+    wait_for("both are reconciled", Duration::from_secs(30), || async {
+        reconciled(&bulkheads, &mine).await?;
+        reconciled(&bulkheads, &theirs).await
+    })
+    .await;
+    // Each operator's own account: its condition gauges and its log.
+    let serves = |op: &Operator, name: &str| {
+        op.http_get("/metrics").is_some_and(|(_, body)| body.contains(&format!("bulkhead=\"{name}\"")))
+    };
+    let acted = |op: &Operator, name: &str| op.log_text().contains(name);
+    assert!(serves(&unnamed, &mine) && acted(&unnamed, &mine), "{}", unnamed.log_text());
+    assert!(serves(&named, &theirs) && acted(&named, &theirs), "{}", named.log_text());
+    assert!(!serves(&unnamed, &theirs) && !acted(&unnamed, &theirs), "{}", unnamed.log_text());
+    assert!(!serves(&named, &mine) && !acted(&named, &mine), "{}", named.log_text());
+
+    // Relabelled, the unlabelled one moves to team-b: a change made then
+    // (an unfunded floor) is reported by team-b, whose Events name it as
+    // their reporting instance, and by the unnamed operator not at all.
+    cp.kubectl(&["label", "bulkhead", &mine, "bulkhead.dev/operator=team-b"]);
+    let unfunded = r#"[{"op": "replace", "path": "/spec/classes/0/reserved", "value": 11}]"#;
+    cp.kubectl(&["patch", "bulkhead", &mine, "--type=json", "-p", unfunded]);
+    let funded_false = |name: String| {
+        let bulkheads = bulkheads.clone();
+        async move {
+            let status = bulkheads.get(&name).await.ok()?.status?;
+            status.conditions.iter().any(|c| c.type_ == "Funded" && c.status == "False").then_some(())
+        }
+    };
+    wait_for("the change is reported", Duration::from_secs(30), || funded_false(mine.clone())).await;
+    let reporters = || {
+        let selector = format!("involvedObject.name={mine},type=Warning");
+        let events = cp.kubectl(&["get", "events", "-n", "default", "--field-selector", &selector, "-o", "json"]);
+        let events: serde_json::Value = serde_json::from_str(&events).expect("events JSON");
+        let mut who: Vec<String> = events["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| e["action"] == "FundedChanged")
+            .filter_map(|e| e["reportingInstance"].as_str().map(String::from))
+            .collect();
+        who.sort();
+        who.dedup();
+        who
+    };
+    wait_for("the Warning Event of the change", Duration::from_secs(30), || async {
+        (!reporters().is_empty()).then_some(())
+    })
+    .await;
+    // Time for a second reporter, were there one.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(reporters(), ["team-b"], "only the operator it now belongs to reports it");
+    cp.kubectl(&["delete", "bulkhead", &mine, &theirs, "--timeout=30s"]);
+    assert!(unnamed.stop() && named.stop());
 }

@@ -371,7 +371,8 @@ fn parse_can_i(out: &str) -> (BTreeSet<(String, String, String)>, Vec<String>) {
     (granted, non_resource)
 }
 
-/// Helm 4 installs, upgrades and uninstalls the chart (a second release
+/// Helm 4 installs, upgrades and uninstalls the chart, and refuses a third
+/// release whose operatorName the second already has (a second release
 /// beside the first, once the CRD is there).
 #[tokio::test(flavor = "multi_thread")]
 async fn helm_4_installs_upgrades_and_uninstalls_the_chart() {
@@ -393,12 +394,58 @@ async fn helm_4_installs_upgrades_and_uninstalls_the_chart() {
     // The CRD is cluster-wide and the first release brought it, from an older
     // chart: Helm 4 server-side applies crds/ and would conflict with Helm 3's
     // fields (.spec.versions), so a second release skips them, as the README says.
-    let out = helm(4, &["install", release, "charts/bulkhead", "--namespace", ns, "--create-namespace", "--skip-crds"]);
+    // A release of its own name: the chart refuses a second operator under a
+    // name another release's operator has (both would act on the same Bulkheads).
+    let out = helm(
+        4,
+        &[
+            "install",
+            release,
+            "charts/bulkhead",
+            "--namespace",
+            ns,
+            "--create-namespace",
+            "--skip-crds",
+            "--set",
+            "operatorName=h4",
+        ],
+    );
     assert!(out.contains("STATUS: deployed"), "{out}");
+    let twin = Command::new(repo_root().join("tests/helm"))
+        .args(["exec", "--major", "4", "install", "bh4-twin", "charts/bulkhead", "--namespace", "bulkhead-h4-twin"])
+        .args(["--create-namespace", "--skip-crds", "--set", "operatorName=h4", "--kubeconfig"])
+        .arg(&cp.kubeconfig)
+        .output()
+        .expect("tests/helm runs");
+    let err = String::from_utf8_lossy(&twin.stderr);
+    assert!(!twin.status.success(), "a second operator named h4 is refused");
+    assert!(
+        err.contains(&format!("Deployment {ns}/{release}-bulkhead already runs a bulkhead operator named \"h4\"")),
+        "{err}"
+    );
+    assert!(
+        cp.kubectl(&["get", "deployments", "-A", "-l", "app.kubernetes.io/instance=bh4-twin", "-o", "name"])
+            .trim()
+            .is_empty(),
+        "nothing of the refused release was made"
+    );
     let sa = format!("{release}-bulkhead");
     cp.kubectl(&["-n", ns, "get", "serviceaccount", &sa]);
     cp.kubectl(&["-n", "default", "get", "role,rolebinding", &format!("{sa}-events")]);
-    helm(4, &["upgrade", release, "charts/bulkhead", "--namespace", ns, "--set", "replicaCount=2"]);
+    helm(
+        4,
+        &[
+            "upgrade",
+            release,
+            "charts/bulkhead",
+            "--namespace",
+            ns,
+            "--set",
+            "replicaCount=2",
+            "--set",
+            "operatorName=h4",
+        ],
+    );
     let args = cp.kubectl(&[
         "-n",
         ns,

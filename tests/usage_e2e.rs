@@ -2,7 +2,9 @@
 //! processes on loopback (no Kubernetes): an uneven load makes `advise`
 //! raise the starved class and lower the idle one within capacity; a slow
 //! upstream worker pool shared by two classes is an isolation leak, and
-//! separate pools are none. Each run is bounded: windows of tens of seconds.
+//! separate pools are none; an https Prometheus with basic auth, and one
+//! behind a bearer token, are read end to end. Each run is bounded: windows
+//! of tens of seconds.
 
 #[allow(dead_code)] // shared with other tests
 #[path = "support/prometheus.rs"]
@@ -15,6 +17,8 @@ use std::{
     collections::HashMap,
     convert::Infallible,
     net::SocketAddr,
+    path::PathBuf,
+    process::Command,
     sync::{
         atomic::{AtomicUsize, Ordering},
         Arc, Mutex,
@@ -25,7 +29,7 @@ use std::{
 use bulkhead::{
     crd::Bulkhead,
     plan::plan_capacity,
-    prometheus::{advise_with, AdviseOptions, PrometheusError},
+    prometheus::{advise_with, AdviseOptions, ClientOptions, PrometheusClient, PrometheusError},
     usage::{apply_advice, Advice, FindingKind},
 };
 use bytes::Bytes;
@@ -354,4 +358,243 @@ async fn leak_sensitivity() {
         println!("sensitivity: {l}");
     }
     assert_eq!(false_positives, 0, "{lines:#?}");
+}
+
+/// A CA and a certificate it signs for 127.0.0.1, made by openssl.
+struct Certs {
+    _dir: tempfile::TempDir,
+    ca: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+fn certs() -> Certs {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = |name: &str| dir.path().join(name);
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl").args(args).current_dir(dir.path()).output().expect("openssl runs");
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+    openssl(
+        &[
+            &["req", "-x509"][..],
+            &ec,
+            &["-keyout", "ca.key", "-out", "ca.pem", "-days", "1", "-subj", "/CN=bulkhead test CA"],
+        ]
+        .concat(),
+    );
+    openssl(&[&["req"][..], &ec, &["-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1"]].concat());
+    std::fs::write(
+        p("ext.cnf"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .expect("ext.cnf");
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "1",
+        "-extfile",
+        "ext.cnf",
+    ]);
+    Certs { ca: p("ca.pem"), cert: p("server.pem"), key: p("server.key"), _dir: dir }
+}
+
+/// A bcrypt hash for Prometheus's basic_auth_users (Debian's python3 and libxcrypt; cost 4 keeps each check fast).
+fn bcrypt(password: &str) -> String {
+    let script = "import crypt,sys; print(crypt.crypt(sys.argv[1], crypt.mksalt(crypt.METHOD_BLOWFISH, rounds=16)))";
+    let out =
+        Command::new("/usr/bin/python3").args(["-W", "ignore", "-c", script, password]).output().expect("python3");
+    let hash = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert!(out.status.success() && hash.starts_with("$2"), "no bcrypt hash: {}", String::from_utf8_lossy(&out.stderr));
+    hash
+}
+
+/// A TLS front that, as kube-rbac-proxy does, lets a request through only
+/// with `Authorization: Bearer {token}`, and forwards it over TLS to
+/// `upstream` with `upstream_authorization` in its place. Counts what it
+/// let through and what it refused (401).
+async fn bearer_front(
+    certs: &Certs,
+    token: &'static str,
+    upstream: SocketAddr,
+    upstream_authorization: String,
+) -> (SocketAddr, Arc<AtomicUsize>, Arc<AtomicUsize>) {
+    use rustls::pki_types::{pem::PemObject, CertificateDer, PrivateKeyDer};
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let chain: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_file_iter(&certs.cert).expect("cert").collect::<Result<_, _>>().expect("cert");
+    let key = PrivateKeyDer::from_pem_file(&certs.key).expect("key");
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let server = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .expect("server config");
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in CertificateDer::pem_file_iter(&certs.ca).expect("ca") {
+        roots.add(ca.expect("ca")).expect("a CA rustls takes");
+    }
+    let client = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(client));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (passed, refused) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (p, r) = (Arc::clone(&passed), Arc::clone(&refused));
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (acceptor, connector, p, r) = (acceptor.clone(), connector.clone(), Arc::clone(&p), Arc::clone(&r));
+            let upstream_authorization = upstream_authorization.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else { return };
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 64 << 10 {
+                    match tls.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let text = String::from_utf8_lossy(&head).into_owned();
+                let lines: Vec<&str> = text.split("\r\n").take_while(|l| !l.is_empty()).collect();
+                let want = format!("authorization: bearer {token}");
+                if !lines.iter().any(|l| l.to_ascii_lowercase() == want.to_ascii_lowercase()) {
+                    r.fetch_add(1, Ordering::SeqCst);
+                    let _ = tls
+                        .write_all(b"HTTP/1.1 401 Unauthorized\r\ncontent-type: text/plain\r\ncontent-length: 12\r\nconnection: close\r\n\r\nUnauthorized")
+                        .await;
+                    return;
+                }
+                p.fetch_add(1, Ordering::SeqCst);
+                let mut forwarded: Vec<String> = lines
+                    .iter()
+                    .filter(|l| !l.to_ascii_lowercase().starts_with("authorization:"))
+                    .map(|l| l.to_string())
+                    .collect();
+                forwarded.push(format!("authorization: {upstream_authorization}"));
+                let name = rustls::pki_types::ServerName::try_from("127.0.0.1").expect("name");
+                let tcp = tokio::net::TcpStream::connect(upstream).await.expect("upstream");
+                let mut up = connector.connect(name, tcp).await.expect("TLS to the upstream");
+                up.write_all(format!("{}\r\n\r\n", forwarded.join("\r\n")).as_bytes()).await.expect("head");
+                let _ = tokio::io::copy_bidirectional(&mut tls, &mut up).await;
+            });
+        }
+    });
+    (addr, passed, refused)
+}
+
+/// `bulkhead advise ARGS` as a user runs it: (exit code, stdout, stderr).
+fn advise_cli(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_bulkhead")).arg("advise").args(args).output().expect("bulkhead runs");
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
+}
+
+/// A real Prometheus serving its API over TLS with basic auth, and the same
+/// behind a bearer-token front (what kube-rbac-proxy, Thanos and managed
+/// Prometheus ask for): `bulkhead advise` reads both end to end with the CA
+/// file, the URL's user info (sent as a Basic header) and the token file;
+/// without the CA, with a wrong password or without the token it says why,
+/// and no password is ever printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_prometheus_with_basic_auth_or_a_bearer_token_is_read_end_to_end() {
+    const PASSWORD: &str = "s3cr@t";
+    let certs = certs();
+    let b = bulkhead("tls", 4, serde_json::json!([{"name": "a", "reserved": 2}, {"name": "b", "reserved": 2}]));
+    let upstream = slow_upstream(Workers::PerClass(4), Duration::from_millis(5), None).await;
+    let (proxy, _config, metrics) = proxy_for(&b, upstream).await;
+    let web = format!(
+        "tls_server_config:\n  cert_file: {}\n  key_file: {}\nbasic_auth_users:\n  alice: '{}'\n",
+        certs.cert.display(),
+        certs.key.display(),
+        bcrypt(PASSWORD)
+    );
+    let ca = ClientOptions { ca_file: Some(certs.ca.clone()), ..ClientOptions::default() };
+    let url = |addr: SocketAddr| format!("https://alice:s3cr%40t@{addr}");
+    let scrape = format!("  - job_name: bulkhead-proxy\n    static_configs:\n      - targets: ['{metrics}']\n");
+    let prom =
+        Prometheus::start_with_web_config(&scrape, &web, |addr| PrometheusClient::with_options(&url(addr), &ca).ok())
+            .await;
+    let client = PrometheusClient::with_options(&url(prom.addr), &ca).expect("client");
+    // Some traffic, then wait until a scrape of it is in.
+    for class in ["a", "b", "a"] {
+        let res = http1().request(request(&proxy.url("/"), Some(class))).await.expect("through the proxy");
+        assert_eq!(res.status(), 200);
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let now = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs_f64();
+    while client.query("bulkhead_proxy_capacity{bulkhead=\"tls\"}", now()).await.map_or(0, |v| v.len()) == 0 {
+        assert!(Instant::now() < deadline, "no scrape over TLS within 30 s:\n{}", prom.log());
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    // advise ends its window on a whole second: let that second hold the scrape.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("tls.json");
+    std::fs::write(&file, serde_json::to_string(&b).expect("json")).expect("write the Bulkhead");
+    let file = file.to_str().expect("path");
+    let ca_file = certs.ca.to_str().expect("path");
+    let window = ["--window", "1m", "--step", "3s"];
+    let no_password = |out: &str| assert!(!out.contains("s3cr"), "the password is printed: {out}");
+
+    // TLS against the test CA, user and password as a Basic header.
+    let target = url(prom.addr);
+    let (code, out, err) =
+        advise_cli(&[&["-f", file, "--prometheus", &target, "--prometheus-ca-file", ca_file][..], &window].concat());
+    assert!(code == 0 || code == 1, "exit {code}: {err}\n{}", prom.log());
+    assert!(out.contains("bulkhead tls: 1 replica(s)"), "{out}");
+    no_password(&out);
+    no_password(&err);
+    // The system's CAs do not know the test CA.
+    let (code, _, err) = advise_cli(&[&["-f", file, "--prometheus", &target][..], &window].concat());
+    assert!(code == 4 && err.contains("TLS handshake failed"), "exit {code}: {err}");
+    no_password(&err);
+    // A wrong password is Prometheus's 401, named as such.
+    let wrong = format!("https://alice:wrong@{}", prom.addr);
+    let (code, _, err) =
+        advise_cli(&[&["-f", file, "--prometheus", &wrong, "--prometheus-ca-file", ca_file][..], &window].concat());
+    assert!(code == 4 && err.contains("answered HTTP 401"), "exit {code}: {err}");
+    assert!(!err.contains("wrong"), "the password is printed: {err}");
+
+    // Behind a bearer-token front: the token file's token is what gets through.
+    use base64::Engine as _;
+    let basic = format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("alice:{PASSWORD}")));
+    let (front, passed, refused) = bearer_front(&certs, "the-token", prom.addr, basic).await;
+    let token = dir.path().join("token");
+    std::fs::write(&token, "the-token\n").expect("token file");
+    let front_url = format!("https://{front}");
+    let token_file = token.to_str().expect("path");
+    let (code, out, err) = advise_cli(
+        &[
+            &["-f", file, "--prometheus", &front_url, "--prometheus-ca-file", ca_file][..],
+            &["--prometheus-bearer-token-file", token_file],
+            &window,
+        ]
+        .concat(),
+    );
+    assert!(code == 0 || code == 1, "exit {code}: {err}");
+    assert!(out.contains("bulkhead tls: 1 replica(s)"), "{out}");
+    assert!(passed.load(Ordering::SeqCst) >= 11 && refused.load(Ordering::SeqCst) == 0, "every query carried it");
+    assert!(!err.contains("the-token") && !out.contains("the-token"));
+    let (code, _, err) =
+        advise_cli(&[&["-f", file, "--prometheus", &front_url, "--prometheus-ca-file", ca_file][..], &window].concat());
+    assert!(code == 4 && err.contains("answered HTTP 401 (text/plain)"), "exit {code}: {err}");
+    assert!(refused.load(Ordering::SeqCst) >= 1);
+    drop(proxy);
 }

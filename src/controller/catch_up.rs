@@ -24,13 +24,14 @@ use crate::crd::Bulkhead;
 const WINDOW: Duration = Duration::from_secs(30);
 const EVERY: Duration = Duration::from_secs(1);
 
-pub(super) fn spawn(api: Api<Bulkhead>, shared: Arc<SharedSnapshot>) {
+/// `selector`: the Bulkheads this operator acts on (`crd::operator_selector`).
+pub(super) fn spawn(api: Api<Bulkhead>, shared: Arc<SharedSnapshot>, selector: String) {
     tokio::spawn(async move {
         loop {
             shared.watch_failed.notified().await;
             while since_last_failure(&shared).is_some_and(|since| since < WINDOW) {
                 tokio::time::sleep(EVERY).await;
-                match api.list_metadata(&ListParams::default()).await {
+                match api.list_metadata(&ListParams::default().labels(&selector)).await {
                     Ok(list) => {
                         // Every item is noted (no short-circuit): each generation is remembered.
                         let newer = list.items.iter().fold(false, |any, b| shared.note_generation(&b.metadata) | any);
@@ -67,7 +68,7 @@ mod tests {
         let known =
             |generation| ObjectMeta { name: Some("shop".into()), generation: Some(generation), ..Default::default() };
         shared.note_generation(&known(1));
-        spawn(Api::all(Client::new(service, "default")), Arc::clone(&shared));
+        spawn(Api::all(Client::new(service, "default")), Arc::clone(&shared), crate::crd::operator_selector(None));
         let mut changes = Box::pin(Arc::clone(&shared).changes(Duration::ZERO));
 
         // Watches that do not fail: nothing is listed.
@@ -81,6 +82,10 @@ mod tests {
             .expect("a list after the failure")
             .expect("a request");
         assert_eq!((request.method().as_str(), request.uri().path()), ("GET", "/apis/bulkhead.dev/v1alpha1/bulkheads"));
+        // Only this operator's Bulkheads (here: the unnamed one's, without the label).
+        let query: Vec<(String, String)> =
+            form_urlencoded::parse(request.uri().query().unwrap_or_default().as_bytes()).into_owned().collect();
+        assert!(query.contains(&("labelSelector".into(), "!bulkhead.dev/operator".into())), "{query:?}");
         let list = json!({
             "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList", "metadata": {},
             "items": [{"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",

@@ -58,6 +58,8 @@ pub struct Context {
     pub config: crate::evaluate::Config,
     /// What is kept about each Bulkhead between reconciles.
     pub memory: memory::Memory,
+    /// The operator's name: it acts only on the Bulkheads labelled with it.
+    pub operator_name: Option<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -74,6 +76,9 @@ pub struct RunOptions {
     pub shutdown_grace: Duration,
     /// Whether and how each Bulkhead's use is analysed (`Sized`).
     pub usage: UsageOptions,
+    /// `--operator-name`: act only on Bulkheads labelled with it, or, without
+    /// one, only on those without the label (`crd::operator_selector`).
+    pub operator_name: Option<String>,
 }
 
 pub use leader::LeaseRef;
@@ -88,7 +93,8 @@ fn error_policy(obj: Arc<DeserializeGuard<Bulkhead>>, error: &Error, ctx: Arc<Co
 /// Run until SIGTERM or SIGINT.
 pub async fn run(client: Client, options: RunOptions) -> Result<(), Error> {
     let snapshot = observe::start(&client);
-    catch_up::spawn(Api::all(client.clone()), Arc::clone(&snapshot));
+    let selector = crate::crd::operator_selector(options.operator_name.as_deref());
+    catch_up::spawn(Api::all(client.clone()), Arc::clone(&snapshot), selector.clone());
     let mut metrics = Metrics::default();
     metrics.register_watch_failures(snapshot.watch_failures.clone());
     let metrics = Arc::new(metrics);
@@ -100,6 +106,7 @@ pub async fn run(client: Client, options: RunOptions) -> Result<(), Error> {
         snapshot: snapshot.clone(),
         config: options.config.clone(),
         memory: memory::Memory::new(Arc::new(usage::Usage::new(options.usage.clone(), metrics.clone()))),
+        operator_name: options.operator_name.clone(),
     });
 
     let listener = tokio::net::TcpListener::bind(options.metrics_addr)
@@ -159,7 +166,9 @@ pub async fn run(client: Client, options: RunOptions) -> Result<(), Error> {
     // different Bulkheads are independent; the CPU part is short and serial.
     let concurrency = 16;
     let bulkheads: Api<DeserializeGuard<Bulkhead>> = Api::all(client);
-    let controller = Controller::new(bulkheads, watcher::Config::default())
+    // Only this operator's Bulkheads: another operator, named apart, has the rest.
+    info!(selector = %selector, "acting on the Bulkheads this selects");
+    let controller = Controller::new(bulkheads, watcher::Config::default().labels(&selector))
         .with_config(ControllerConfig::default().concurrency(concurrency))
         .trigger_backoff(watch_backoff::WatchBackoff::with_cap(Duration::from_secs(1)))
         .reconcile_all_on(changes)

@@ -58,6 +58,10 @@ async fn reconcile_bulkhead(bulkhead: &Bulkhead, ctx: &Context) -> Result<Action
         let api = kube::Api::<Bulkhead>::all(ctx.client.clone());
         fresh =
             api.get(&name).await.map_err(|source| Error::Read { kind: "Bulkhead", object: name.clone(), source })?;
+        // Relabelled to another operator meanwhile: that one acts on it now.
+        if !crate::crd::belongs_to(fresh.metadata.labels.as_ref(), ctx.operator_name.as_deref()) {
+            return Ok(Action::await_change());
+        }
         &fresh
     } else {
         bulkhead

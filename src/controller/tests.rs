@@ -117,6 +117,7 @@ async fn run_with(
             audits: kept.audits.clone(),
             usage: kept.usage.clone(),
         },
+        operator_name: None,
     });
     // The reconcile owns the only clients: when it ends, the mock sees no more requests.
     let task = tokio::spawn(async move { reconcile(Arc::new(obj), ctx).await });

@@ -55,12 +55,17 @@ impl UsageOptions {
 
     /// The analysis `bulkhead advise` runs, against the Prometheus at `url`.
     pub fn prometheus(url: &str, period: Duration, window: Duration) -> Result<Self, PrometheusError> {
-        let client = Arc::new(PrometheusClient::new(url)?);
+        Ok(Self::with_client(PrometheusClient::new(url)?, period, window))
+    }
+
+    /// The same against a client already set up (https, credentials).
+    pub fn with_client(client: PrometheusClient, period: Duration, window: Duration) -> Self {
+        let client = Arc::new(client);
         let analyst: Analyst = Arc::new(move |bulkhead, window| {
             let client = client.clone();
             Box::pin(async move { sizing(advise(&client, &bulkhead, window).await) })
         });
-        Ok(Self { analyst: Some(analyst), period, window })
+        Self { analyst: Some(analyst), period, window }
     }
 }
 

@@ -7,6 +7,7 @@
 use serde_json::{json, Value};
 
 use super::placement::{fingerprint, with_annotation};
+use super::PlanConfig;
 use crate::{
     crd::{ProxyMode, ProxySpec},
     select::{Selection, SpecError},
@@ -22,8 +23,54 @@ pub(super) const DEFAULT_CLASSIFY_HEADER: &str = "x-bulkhead-class";
 pub(super) const DEFAULT_ADMIN_PORT: u16 = 9901;
 /// Metrics stay inside the pod unless spec.workload.proxy.metricsAddress says otherwise.
 pub(super) const DEFAULT_METRICS_ADDRESS: &str = "127.0.0.1:9902";
-/// Image of the sidecar when neither the Bulkhead nor the operator names one.
-pub const DEFAULT_PROXY_IMAGE: &str = concat!("ghcr.io/bulkhead-dev/bulkhead:", env!("CARGO_PKG_VERSION"));
+
+/// The injected container's securityContext unless the operator is given
+/// another (`--proxy-security-context`): the restricted Pod Security
+/// Standard, as the image's own user (65532). OpenShift's restricted SCC
+/// assigns the user itself and refuses a fixed one: leave runAsUser out there.
+pub fn default_proxy_security_context() -> Value {
+    json!({
+        "runAsNonRoot": true,
+        "runAsUser": 65532,
+        "readOnlyRootFilesystem": true,
+        "allowPrivilegeEscalation": false,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    })
+}
+
+/// `--proxy-security-context`: a JSON securityContext, refused when it is not
+/// one (a misspelt field would otherwise be dropped without a word, and the
+/// sidecar run with less than was asked).
+pub fn parse_security_context(s: &str) -> Result<Value, String> {
+    use k8s_openapi::api::core::v1::SecurityContext;
+    let given: Value = serde_json::from_str(s).map_err(|e| format!("not JSON: {e}"))?;
+    if !given.is_object() {
+        return Err("expected a JSON object, a container's securityContext".into());
+    }
+    let typed: SecurityContext = serde_json::from_value(given.clone()).map_err(|e| e.to_string())?;
+    // What the API server would keep: compared with what was given, the
+    // difference is a field that is not a securityContext's (or a null).
+    let kept = serde_json::to_value(&typed).map_err(|e| e.to_string())?;
+    if let Some(path) = first_difference(&given, &kept, "") {
+        return Err(format!("{path}: not a field of a container's securityContext"));
+    }
+    Ok(kept)
+}
+
+/// The first path in `given` that `kept` lacks (nulls count as left out).
+fn first_difference(given: &Value, kept: &Value, at: &str) -> Option<String> {
+    match (given, kept) {
+        (Value::Object(g), Value::Object(k)) => g.iter().filter(|(_, v)| !v.is_null()).find_map(|(key, v)| {
+            let path = if at.is_empty() { key.clone() } else { format!("{at}.{key}") };
+            match k.get(key) {
+                Some(kv) => first_difference(v, kv, &path),
+                None => Some(path),
+            }
+        }),
+        _ => None,
+    }
+}
 
 /// Field manager of a Bulkhead's sidecar injection.
 pub fn proxy_manager(bulkhead: &str) -> String {
@@ -54,6 +101,9 @@ pub struct ProxyPlan {
     pub requested: bool,
     /// Requested, but the pool config is withheld: sidecars are left as they are.
     pub withheld: bool,
+    /// Requested, but neither the Bulkhead nor the operator names an image:
+    /// sidecars are left as they are.
+    pub no_image: bool,
     pub injections: Vec<ProxyInjection>,
     /// Workloads carrying this Bulkhead's sidecar that should not any more.
     pub withdrawals: Vec<(WorkloadKind, ObjectKey)>,
@@ -62,12 +112,12 @@ pub struct ProxyPlan {
     pub yielded: Vec<(String, String)>,
 }
 
-/// `image`: the operator's default sidecar image.
+/// `config`: the operator's sidecar image and security context.
 pub(super) fn plan_proxy(
     selection: &Selection<'_>,
     snapshot: &Snapshot,
     config_map: Option<&str>,
-    image: &str,
+    config: &PlanConfig,
 ) -> ProxyPlan {
     let name = selection.name();
     let workload = selection.bulkhead.spec.workload.as_ref();
@@ -77,12 +127,17 @@ pub(super) fn plan_proxy(
         // it is rather than pull them out over a transient problem.
         return ProxyPlan { requested: true, withheld: true, ..ProxyPlan::default() };
     }
+    let image = proxy.and_then(|p| p.image.as_deref()).or(config.proxy_image.as_deref());
+    if proxy.is_some() && image.is_none() {
+        // Nothing to run: leave every sidecar as it is, as for a withheld config.
+        return ProxyPlan { requested: true, no_image: true, ..ProxyPlan::default() };
+    }
     let mut injections = Vec::new();
     let mut yielded = Vec::new();
-    if let (Some(w), Some(proxy), Some(matcher), Some(config_map)) =
-        (workload, proxy, selection.workload.as_ref(), config_map)
+    if let (Some(w), Some(proxy), Some(matcher), Some(config_map), Some(image)) =
+        (workload, proxy, selection.workload.as_ref(), config_map, image)
     {
-        let container = container(proxy, proxy.image.as_deref().unwrap_or(image));
+        let container = container(proxy, image, &config.proxy_security_context);
         let volume = json!({"name": PROXY_VOLUME, "configMap": {"name": config_map}});
         for found in snapshot.workloads_in(&w.namespace).filter(|x| matcher.matches(&x.template_labels)) {
             // Another Bulkhead's sidecar here (injected, or selected by its spec where that is known)
@@ -128,7 +183,7 @@ pub(super) fn plan_proxy(
         })
         .map(|(k, _)| k.clone())
         .collect();
-    ProxyPlan { requested: proxy.is_some(), withheld: false, injections, withdrawals, yielded }
+    ProxyPlan { requested: proxy.is_some(), withheld: false, no_image: false, injections, withdrawals, yielded }
 }
 
 /// The annotation marking a workload as injected by `bulkhead`.
@@ -137,8 +192,9 @@ pub fn proxy_marker(bulkhead: &str) -> String {
 }
 
 /// The container a person would write by hand: probes on the admin port,
-/// resources, a restricted security context, the config as a directory.
-fn container(proxy: &ProxySpec, image: &str) -> Value {
+/// resources, the operator's security context (restricted by default), the
+/// config as a directory.
+fn container(proxy: &ProxySpec, image: &str, security_context: &Value) -> Value {
     let admin = proxy.admin_port.unwrap_or(DEFAULT_ADMIN_PORT);
     let mut args: Vec<String> = vec!["proxy".into(), "--config-dir".into(), PROXY_CONFIG_DIR.into()];
     let mut ports = Vec::new();
@@ -186,14 +242,7 @@ fn container(proxy: &ProxySpec, image: &str) -> Value {
         "readinessProbe": probe("/readyz", 5),
         "livenessProbe": probe("/healthz", 10),
         "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}},
-        "securityContext": {
-            "runAsNonRoot": true,
-            "runAsUser": 65532,
-            "readOnlyRootFilesystem": true,
-            "allowPrivilegeEscalation": false,
-            "capabilities": {"drop": ["ALL"]},
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": security_context,
         "volumeMounts": [{"name": PROXY_VOLUME, "mountPath": PROXY_CONFIG_DIR, "readOnly": true}],
     })
 }

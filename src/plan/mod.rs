@@ -25,8 +25,8 @@ pub use capacity::{plan_capacity, CapacityPlan, ClassCapacity, Funding};
 pub use changes::{changes, teardown, Change, WithheldConfig};
 pub use config_map::config_map_name;
 pub use injection::{
-    proxy_manager, proxy_marker, ProxyInjection, ProxyPlan, DEFAULT_PROXY_IMAGE, PROXY_CONFIG_DIR, PROXY_CONTAINER,
-    PROXY_VOLUME,
+    default_proxy_security_context, parse_security_context, proxy_manager, proxy_marker, ProxyInjection, ProxyPlan,
+    PROXY_CONFIG_DIR, PROXY_CONTAINER, PROXY_VOLUME,
 };
 pub use nodes::{claim_key, merge_taints, ClassNodes, NodeChange, NodeGroupPlan, CLAIM_EFFECT};
 pub use placement::{
@@ -80,13 +80,17 @@ pub struct Plan {
 /// What the planner needs from the operator's own configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlanConfig {
-    /// Image of the injected sidecar when a Bulkhead names none.
-    pub proxy_image: String,
+    /// Image of the injected sidecar when a Bulkhead names none. None: the
+    /// operator was given none (`--proxy-image`), and a Bulkhead that names
+    /// none gets no sidecar: no image is published to fall back on.
+    pub proxy_image: Option<String>,
+    /// securityContext of the injected container (`--proxy-security-context`).
+    pub proxy_security_context: serde_json::Value,
 }
 
 impl Default for PlanConfig {
     fn default() -> Self {
-        Self { proxy_image: DEFAULT_PROXY_IMAGE.to_string() }
+        Self { proxy_image: None, proxy_security_context: default_proxy_security_context() }
     }
 }
 
@@ -135,7 +139,7 @@ pub fn plan(selection: &Selection<'_>, snapshot: &Snapshot, config: &PlanConfig)
         quotas.clear();
     }
     let config_map_name = config_map.as_ref().and_then(|cm| cm.metadata.name.as_deref());
-    let proxy = injection::plan_proxy(selection, snapshot, config_map_name, &config.proxy_image);
+    let proxy = injection::plan_proxy(selection, snapshot, config_map_name, config);
     Plan {
         errors,
         capacity,

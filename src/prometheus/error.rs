@@ -5,7 +5,7 @@
 /// then Unknown/NoTelemetry, never a guess (see `is_no_telemetry`).
 #[derive(Debug, thiserror::Error)]
 pub enum PrometheusError {
-    #[error("--prometheus {url:?}: {reason}")]
+    #[error("Prometheus URL {url:?}: {reason}")]
     InvalidUrl { url: String, reason: String },
     #[error("Prometheus at {url} is unreachable")]
     Unreachable {
@@ -21,12 +21,36 @@ pub enum PrometheusError {
         #[source]
         source: hyper::Error,
     },
-    #[error("Prometheus answered {status}: {body}")]
-    Status { status: u16, body: String },
+    #[error("Prometheus at {url}: TLS handshake failed")]
+    Tls {
+        url: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("--prometheus-ca-file {}: {reason}", path.display())]
+    CaFile { path: std::path::PathBuf, reason: String },
+    #[error("no system CA certificates found to check Prometheus's certificate: give --prometheus-ca-file")]
+    NoSystemCas,
+    #[error("TLS setup failed: {0}")]
+    TlsSetup(String),
+    #[error("--prometheus-bearer-token-file {}: {reason}", path.display())]
+    TokenFile { path: std::path::PathBuf, reason: String },
+    #[error("Prometheus at {url} answered HTTP {status} ({content_type}): {body}")]
+    Status { url: String, status: u16, content_type: String, body: String },
     #[error("Prometheus's answer is larger than {limit} bytes")]
     TooLarge { limit: usize },
-    #[error("Prometheus's answer is not the HTTP API's JSON")]
-    Decode(#[source] serde_json::Error),
+    #[error(
+        "{url} answered HTTP {status} with {content_type}, not the Prometheus HTTP API's JSON (a login page, or \
+         a proxy in front of Prometheus?): {body}"
+    )]
+    NotTheApi {
+        url: String,
+        status: u16,
+        content_type: String,
+        body: String,
+        #[source]
+        source: serde_json::Error,
+    },
     #[error("Prometheus refused the query ({error_type}): {error}\n  query: {query}")]
     Query { error_type: String, error: String, query: String },
     #[error(
@@ -35,9 +59,25 @@ pub enum PrometheusError {
     NoSeries { bulkhead: String, window_seconds: u64 },
     #[error("--window: {0}")]
     Window(String),
+    #[error("--step: {0}")]
+    Step(String),
 }
 
 impl PrometheusError {
+    /// The user's own input is at fault (the URL, the CA or token file, the
+    /// window), not Prometheus or the way to it: `advise` exits 3.
+    pub fn is_bad_input(&self) -> bool {
+        matches!(
+            self,
+            PrometheusError::InvalidUrl { .. }
+                | PrometheusError::Window(_)
+                | PrometheusError::Step(_)
+                | PrometheusError::CaFile { .. }
+                | PrometheusError::TokenFile { .. }
+                | PrometheusError::NoSystemCas
+        )
+    }
+
     /// No telemetry to judge by (as opposed to a query or configuration error).
     pub fn is_no_telemetry(&self) -> bool {
         matches!(

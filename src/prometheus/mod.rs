@@ -10,13 +10,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use kube::ResourceExt;
 
-pub use client::{Labels, PrometheusClient, Sample, Series, DEFAULT_TIMEOUT, MAX_RESPONSE_BYTES};
+pub use client::{ClientOptions, Labels, PrometheusClient, Sample, Series, DEFAULT_TIMEOUT, MAX_RESPONSE_BYTES};
 pub use error::PrometheusError;
 pub use queries::{names, read, Queries, Range};
 
 use crate::{
     crd::Bulkhead,
-    usage::{analyse, Advice, Thresholds},
+    usage::{analyse, human_seconds, Advice, Thresholds},
 };
 
 /// The shortest step: proxies are scraped every 15–30 s in most clusters,
@@ -63,11 +63,18 @@ pub fn range(window: Duration, options: &AdviseOptions) -> Result<Range, Prometh
         return Err(PrometheusError::Window("must be at least 1s".into()));
     }
     let step = match options.step {
-        Some(s) if s.as_secs() == 0 => return Err(PrometheusError::Window("the step must be at least 1s".into())),
+        Some(s) if s.as_secs() == 0 => return Err(PrometheusError::Step("must be at least 1s".into())),
+        // One step longer than the window would be one point that sees past it.
+        Some(s) if s.as_secs() > window => {
+            return Err(PrometheusError::Step(format!(
+                "{} is longer than the window ({}): give a step of at most the window",
+                human_seconds(s.as_secs()),
+                human_seconds(window)
+            )))
+        }
         Some(s) => s.as_secs(),
-        None => window.div_ceil(DEFAULT_STEPS).max(MIN_DEFAULT_STEP.as_secs()),
-    }
-    .min(window);
+        None => window.div_ceil(DEFAULT_STEPS).max(MIN_DEFAULT_STEP.as_secs()).min(window),
+    };
     let end = options.end.unwrap_or_else(SystemTime::now).duration_since(UNIX_EPOCH).unwrap_or_default();
     Ok(Range { end: end.as_secs_f64().floor(), window, step })
 }

@@ -9,6 +9,7 @@ use std::{
     time::Duration,
 };
 
+use crate::duration::{off_or_duration, positive};
 pub use crate::pool_config::Cidr;
 
 use super::{
@@ -58,15 +59,16 @@ pub struct ProxyArgs {
     /// Seconds a rejected client is told to wait (Retry-After).
     #[arg(long, value_name = "SECONDS", default_value_t = 1)]
     pub retry_after: u32,
-    /// On SIGTERM, how long in-flight requests may take to finish before the proxy exits anyway.
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    /// On SIGTERM, how long in-flight requests may take to finish before the proxy exits anyway
+    /// (more than 0).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = positive)]
     pub drain_timeout: Duration,
-    /// How often the config directory is checked for a new pools.json.
-    #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = parse_duration)]
+    /// How often the config directory is checked for a new pools.json (more than 0).
+    #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = positive)]
     pub reload_interval: Duration,
     /// From forwarding a request to the upstream's response head; past it the client gets 504
     /// (gRPC: DEADLINE_EXCEEDED) and the slot is freed. 0 disables.
-    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = off_or_duration)]
     pub response_timeout: Duration,
     /// No byte in either direction of a request's bodies, or of an upgraded tunnel, for this
     /// long ends it and frees its slot; a stalled request body gets 408. A client connection
@@ -74,12 +76,14 @@ pub struct ProxyArgs {
     /// responses wait while the client takes nothing of them for twice this long is closed: at
     /// once if they are all it carries, else (32 of them, or past --max-unread-responses) with
     /// GOAWAY and one idle timeout for its other requests. 0 disables all of this.
-    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = off_or_duration)]
     pub idle_timeout: Duration,
     /// A new connection's first bytes (protocol detection) and each HTTP/1.1 request head must
     /// arrive within this; HTTP/2 connections are pinged this often and closed if no answer comes
-    /// within it.
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    /// within it. More than 0.
+    // Never off: a client that never sent a head would hold its connection (and on the
+    // admin port, a slot the kubelet's probes need) for ever.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = positive)]
     pub header_timeout: Duration,
     /// Client connections served at once over all listeners; past it new ones are closed at
     /// once. Lowered at start to what the file-descriptor limit allows with room for the
@@ -160,20 +164,6 @@ fn connection_count() -> clap::builder::RangedU64ValueParser<usize> {
     clap::builder::RangedU64ValueParser::new().range(1..=MAX_CONNECTION_CAP)
 }
 
-/// `30s`, `500ms`, `2m`, or plain seconds.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let bad = || format!("{s:?}: expected a duration such as 30s, 500ms or 2m");
-    let (number, unit) = s.find(|c: char| !c.is_ascii_digit() && c != '.').map_or((s, "s"), |i| s.split_at(i));
-    let n: f64 = number.parse().map_err(|_| bad())?;
-    let seconds = match unit {
-        "ms" => n / 1000.0,
-        "s" => n,
-        "m" => n * 60.0,
-        _ => return Err(bad()),
-    };
-    Duration::try_from_secs_f64(seconds).map_err(|_| bad())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -185,10 +175,6 @@ mod tests {
         assert_eq!(r.upstream.map(|u| u.to_string()).as_deref(), Some("http://127.0.0.1:8000"));
         assert_eq!("a=127.0.0.1:1".parse::<Route>().map(|r| r.upstream), Ok(None));
         assert!("127.0.0.1:1".parse::<Route>().is_err());
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
-        assert!(parse_duration("3h").is_err());
         assert_eq!(parse_unclassified("reject"), Ok(Unclassified::Reject));
         assert_eq!(parse_unclassified("reports"), Ok(Unclassified::Class("reports".into())));
         let net: Cidr = "10.1.0.0/16".parse().expect("cidr");

@@ -24,6 +24,13 @@ pub(super) fn proxy_condition(plan: &Plan, outcome: &ApplyOutcome) -> Option<Des
             reason::INJECTION_REFUSED,
             format!("left alone, the API server refused the sidecar: {}", super::list(proxy_refused)),
         ),
+        _ if proxy.no_image => condition(
+            ConditionStatus::False,
+            reason::NO_PROXY_IMAGE,
+            "the operator has no sidecar image: start it with --proxy-image (the chart passes its own image) or \
+             set spec.workload.proxy.image; sidecars already injected are left as they are"
+                .into(),
+        ),
         _ if !proxy.yielded.is_empty() => {
             let named: Vec<String> =
                 proxy.yielded.iter().map(|(w, winner)| format!("{w} to Bulkhead {winner}")).collect();

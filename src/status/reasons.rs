@@ -93,6 +93,8 @@ pub mod reason {
     pub const INJECTION_REFUSED: &str = "InjectionRefused";
     /// An older Bulkhead's sidecar claims a workload this one selects: it is left to that one.
     pub const PROXY_OF_OLDER_BULKHEAD: &str = "ProxyOfOlderBulkhead";
+    /// Neither the Bulkhead nor the operator (`--proxy-image`) names the sidecar's image.
+    pub const NO_PROXY_IMAGE: &str = "NoProxyImage";
     /// Every tenant holds a shard no other tenant holds.
     pub const SHARDS_ASSIGNED: &str = "ShardsAssigned";
     /// Some tenants hold the very same shard; the message names them.

@@ -17,6 +17,6 @@ pub use advice::{Advice, ClassUsage, Finding, FindingKind};
 pub use analyse::{analyse, apply_advice, capacity_plan};
 pub use findings::percent;
 pub use recommend::{minimum, recommend, Demand, Sizing};
-pub use span::{human_seconds, parse_window};
+pub use span::human_seconds;
 pub use telemetry::{ClassSeries, Telemetry};
 pub use thresholds::Thresholds;

@@ -44,7 +44,9 @@ fn helm_3_and_helm_4_lint_the_chart_and_render_the_same_objects() {
         "--set",
         "topologySpreadConstraints[0].whenUnsatisfiable=ScheduleAnyway",
         "--set",
-        "extraArgs={--lease-name,b}",
+        "extraArgs={--host-label,example.com/hypervisor}",
+        "--set",
+        "leaderElection.leaseName=bulkhead-b",
     ];
     for args in [&[][..], &on[..]] {
         assert_eq!(render(3, args), render(4, args), "Helm 3 and 4 disagree with {args:?}");
@@ -162,6 +164,14 @@ fn the_operator_pod_meets_the_restricted_pod_security_standard() {
 
 /// The pod template of a Deployment after the operator injected the sidecar.
 fn injected_pod() -> Value {
+    injected_pod_with(&PlanConfig {
+        proxy_image: Some("registry.example/bulkhead:test".into()),
+        ..PlanConfig::default()
+    })
+}
+
+/// The same, with the operator configured as `config`.
+fn injected_pod_with(config: &PlanConfig) -> Value {
     let bulkhead: Bulkhead = serde_saphyr::from_str(
         "apiVersion: bulkhead.dev/v1alpha1\nkind: Bulkhead\nmetadata: {name: shop, uid: u-1}\nspec:\n  dimension: Dependency\n  \
          pool: {resource: requests, capacity: 100}\n  workload:\n    namespace: shop\n    selector: {matchLabels: {app: api}}\n    \
@@ -184,8 +194,7 @@ fn injected_pod() -> Value {
         }))
         .expect("deployment"),
     );
-    let config = PlanConfig { proxy_image: "registry.example/bulkhead:test".into() };
-    let plan = bulkhead::plan::plan(&Selection::parse(&bulkhead), &snapshot, &config);
+    let plan = bulkhead::plan::plan(&Selection::parse(&bulkhead), &snapshot, config);
     let injected: Vec<Value> = changes("shop", &plan, &snapshot, bulkhead::plan::WithheldConfig::KeepLast)
         .iter()
         .filter_map(|c| if let Change::InjectProxy(i) = c { Some(i.body.clone()) } else { None })
@@ -393,6 +402,9 @@ fn security_contexts_default_to_restricted_and_openshift_can_leave_the_ids_out()
         "containerSecurityContext.runAsUser=null",
         "--set",
         "containerSecurityContext.runAsGroup=null",
+        // The sidecar the operator injects (passed as --proxy-security-context).
+        "--set",
+        "proxy.securityContext.runAsUser=null",
     ];
     for major in [3, 4] {
         let pod = deployment_pod(&render(major, &unset));
@@ -417,7 +429,7 @@ fn extra_args_a_disruption_budget_and_topology_spread_are_optional_values() {
         3,
         &[
             "--set",
-            "extraArgs={--lease-name,bulkhead-b}",
+            "extraArgs={--host-label,example.com/hypervisor}",
             "--set",
             "podDisruptionBudget.enabled=true",
             "--set",
@@ -434,7 +446,7 @@ fn extra_args_a_disruption_budget_and_topology_spread_are_optional_values() {
     let pod = &deployment["spec"]["template"]["spec"];
     let args: Vec<&str> =
         pod["containers"][0]["args"].as_array().expect("args").iter().filter_map(Value::as_str).collect();
-    assert_eq!(args[args.len() - 2..], ["--lease-name", "bulkhead-b"], "{args:?}");
+    assert_eq!(args[args.len() - 2..], ["--host-label", "example.com/hypervisor"], "{args:?}");
     let pdb = find(&docs, "PodDisruptionBudget")[0];
     assert_eq!(pdb["apiVersion"].as_str(), Some("policy/v1"));
     assert_eq!(pdb["spec"]["maxUnavailable"].as_u64(), Some(1));
@@ -645,11 +657,243 @@ fn usage_analysis_is_off_by_default_and_passes_its_url_period_and_window() {
     for bad in [
         "usage.prometheusUrl=prometheus:9090",
         "usage.period=10 minutes",
-        "usage.period=1h30m",
+        "usage.period=90",
         "usage.window=0d",
+        "usage.window=0h0m",
         "usage.windw=7d",
+        "usage.caFile=ca.pem",
+        "usage.caConfigMap=Not_A_Name",
     ] {
         let out = chart_support::helm_output(3, &["template", "--set", bad]);
         assert!(!out.status.success(), "{bad} is refused by the schema");
     }
+    // The binary's grammar: 1h30m is a span.
+    let on = args(&render(3, &["--set", "usage.prometheusUrl=http://p:9090", "--set", "usage.period=1h30m"]));
+    assert!(on.windows(2).any(|w| w == ["--usage-period", "1h30m"]), "{on:?}");
+}
+
+/// An https Prometheus behind a token (kube-rbac-proxy, Thanos, a managed
+/// one): the CA and the token file reach the operator's flags, a CA
+/// ConfigMap is mounted read-only where the flag points, and nothing is
+/// passed or mounted while no URL is set.
+#[test]
+fn an_https_prometheus_gets_its_ca_and_token_file() {
+    let args = |docs: &[Value]| -> Vec<String> {
+        deployment_pod(docs)["containers"][0]["args"]
+            .as_array()
+            .expect("args")
+            .iter()
+            .filter_map(|a| a.as_str().map(String::from))
+            .collect()
+    };
+    let token = "/var/run/secrets/kubernetes.io/serviceaccount/token";
+    let url = "usage.prometheusUrl=https://prometheus.monitoring:9091";
+    for major in [3, 4] {
+        let docs = render(
+            major,
+            &[
+                "--set",
+                url,
+                "--set",
+                "usage.caConfigMap=prometheus-ca",
+                "--set",
+                &format!("usage.bearerTokenFile={token}"),
+            ],
+        );
+        let a = args(&docs);
+        assert!(a.windows(2).any(|w| w == ["--prometheus-ca-file", "/etc/bulkhead/prometheus-ca/ca.crt"]), "{a:?}");
+        assert!(a.windows(2).any(|w| w == ["--prometheus-bearer-token-file", token]), "{a:?}");
+        let pod = deployment_pod(&docs);
+        assert_eq!(pod["volumes"][0]["configMap"]["name"], "prometheus-ca");
+        assert_eq!(pod["volumes"][0]["configMap"]["items"][0]["key"], "ca.crt");
+        let mount = &pod["containers"][0]["volumeMounts"][0];
+        assert_eq!(
+            (mount["mountPath"].as_str(), mount["readOnly"].as_bool()),
+            (Some("/etc/bulkhead/prometheus-ca"), Some(true))
+        );
+        assert_eq!(restricted_violations(&pod), Vec::<String>::new(), "Helm {major}");
+    }
+    let a = args(&render(3, &["--set", url, "--set", "usage.caFile=/etc/ssl/private-ca.pem"]));
+    assert!(a.windows(2).any(|w| w == ["--prometheus-ca-file", "/etc/ssl/private-ca.pem"]), "{a:?}");
+    assert!(!a.iter().any(|x| x == "--prometheus-bearer-token-file"), "{a:?}");
+    // Without a URL nothing is passed or mounted.
+    let docs =
+        render(3, &["--set", "usage.caConfigMap=prometheus-ca", "--set", &format!("usage.bearerTokenFile={token}")]);
+    assert!(!args(&docs).iter().any(|x| x.starts_with("--prometheus")), "{:?}", args(&docs));
+    assert!(deployment_pod(&docs).get("volumes").is_none());
+    let both = ["template", "--set", url, "--set", "usage.caFile=/a.pem", "--set", "usage.caConfigMap=ca"];
+    let out = chart_support::helm_output(3, &both);
+    assert!(!out.status.success(), "a CA file and a CA ConfigMap at once are refused");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("give one"), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// The sidecar's securityContext is a chart value passed to the operator:
+/// by default the very context the binary would use (restricted, user
+/// 65532), and on OpenShift the same without runAsUser, still restricted.
+#[test]
+fn the_injected_sidecars_security_context_is_a_value_and_openshift_can_leave_the_user_out() {
+    let context = |docs: &[Value]| -> Value {
+        let args: Vec<String> = deployment_pod(docs)["containers"][0]["args"]
+            .as_array()
+            .expect("args")
+            .iter()
+            .filter_map(|a| a.as_str().map(String::from))
+            .collect();
+        let at = args.iter().position(|a| a == "--proxy-security-context").expect("--proxy-security-context");
+        bulkhead::plan::parse_security_context(&args[at + 1]).expect("a securityContext the operator accepts")
+    };
+    for major in [3, 4] {
+        assert_eq!(context(&render(major, &[])), bulkhead::plan::default_proxy_security_context(), "Helm {major}");
+        let openshift = context(&render(major, &["--set", "proxy.securityContext.runAsUser=null"]));
+        assert!(openshift.get("runAsUser").is_none(), "Helm {major}: {openshift}");
+        // What the operator then injects still meets restricted on its own.
+        let config = PlanConfig {
+            proxy_image: Some("registry.example/bulkhead:test".into()),
+            proxy_security_context: openshift,
+        };
+        let pod = injected_pod_with(&config);
+        let sidecar = pod["containers"].as_array().expect("containers").last().expect("the sidecar").clone();
+        assert_eq!(sidecar["name"], "bulkhead-proxy");
+        assert!(sidecar["securityContext"].get("runAsUser").is_none(), "{sidecar}");
+        assert_eq!(restricted_container(&sidecar, &Value::Null), Vec::<String>::new(), "Helm {major}");
+    }
+    for bad in ["proxy.securityContext.runAsUsr=1000", "proxy.securityContext.runAsUser=-1", "proxy.image=x"] {
+        let out = chart_support::helm_output(3, &["template", "--set", bad]);
+        assert!(!out.status.success(), "{bad} is refused by the schema");
+    }
+}
+
+/// The Lease name is one value: the flag the operator gets and the one name
+/// the Role grants. Given in extraArgs it would leave the Role granting
+/// another Lease (leader election then fails), so that is refused.
+#[test]
+fn a_lease_name_given_in_values_is_the_one_the_role_grants() {
+    let lease = |docs: &[Value]| -> (Option<String>, Vec<String>) {
+        let args: Vec<String> = deployment_pod(docs)["containers"][0]["args"]
+            .as_array()
+            .expect("args")
+            .iter()
+            .filter_map(|a| a.as_str().map(String::from))
+            .collect();
+        let flag = args.iter().position(|a| a == "--lease-name").map(|i| args[i + 1].clone());
+        let role = find(docs, "Role")
+            .into_iter()
+            .find(|r| r["metadata"]["name"].as_str().is_some_and(|n| n.ends_with("-leader-election")))
+            .expect("the leader-election Role");
+        let granted = role["rules"]
+            .as_array()
+            .expect("rules")
+            .iter()
+            .filter(|r| r["verbs"].as_array().is_some_and(|v| v.iter().any(|v| v == "update")))
+            .flat_map(|r| r["resourceNames"].as_array().cloned().unwrap_or_default())
+            .filter_map(|n| n.as_str().map(String::from))
+            .collect();
+        (flag, granted)
+    };
+    for major in [3, 4] {
+        for (args, name) in [
+            (vec!["--set", "replicaCount=2"], "bulkhead-operator"),
+            (vec!["--set", "replicaCount=2", "--set", "leaderElection.leaseName=team-b-operator"], "team-b-operator"),
+            (vec!["--set", "leaderElection.enabled=true", "--set", "leaderElection.leaseName=b"], "b"),
+        ] {
+            let (flag, granted) = lease(&render(major, &args));
+            assert_eq!(flag.as_deref(), Some(name), "Helm {major} {args:?}: the flag");
+            assert_eq!(granted, [name], "Helm {major} {args:?}: the Role grants the Lease the flag names");
+        }
+        // Without leader election no flag; the Role is rendered anyway, for the value's Lease.
+        let (flag, granted) = lease(&render(major, &["--set", "leaderElection.leaseName=later"]));
+        assert_eq!((flag, granted), (None, vec!["later".to_string()]), "Helm {major}");
+    }
+    for bad in ["extraArgs={--lease-name,b}", "extraArgs={--lease-name=b}", "extraArgs={--proxy-image,x}"] {
+        let out = chart_support::helm_output(3, &["template", "--set", bad]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains("is set by the chart from its values"), "{bad}: {err}");
+    }
+    let out = chart_support::helm_output(3, &["template", "--set", "leaderElection.leaseName=Not_A_Name"]);
+    assert!(!out.status.success(), "a Lease name the API server would refuse is refused");
+}
+
+/// operatorName reaches the operator's --operator-name, labels its
+/// Deployment (which the chart's check of other releases reads) and names
+/// its default Lease; without it the operator acts on unlabelled Bulkheads
+/// and its Deployment says so with an empty label.
+#[test]
+fn an_operator_name_is_passed_labelled_and_names_the_lease() {
+    for major in [3, 4] {
+        let docs = render(major, &["--set", "operatorName=team-b", "--set", "replicaCount=2"]);
+        let deployment = find(&docs, "Deployment")[0];
+        assert_eq!(deployment["metadata"]["labels"]["bulkhead.dev/operator"], "team-b");
+        let args: Vec<&str> = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+            .as_array()
+            .expect("args")
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        assert!(args.windows(2).any(|w| w == ["--operator-name", "team-b"]), "{args:?}");
+        assert!(args.windows(2).any(|w| w == ["--lease-name", "bulkhead-operator-team-b"]), "{args:?}");
+        let docs = render(major, &[]);
+        let deployment = find(&docs, "Deployment")[0];
+        assert_eq!(deployment["metadata"]["labels"]["bulkhead.dev/operator"], "");
+        let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+        assert!(!args.contains("--operator-name"), "{args}");
+    }
+    for bad in ["operatorName=Team_B", "operatorName=-b", "extraArgs={--operator-name,b}"] {
+        let out = chart_support::helm_output(3, &["template", "--set", bad]);
+        assert!(!out.status.success(), "{bad} is refused");
+    }
+}
+
+/// NOTES.txt, what `helm install` prints, names every condition a status
+/// can carry (it once named 5 of 11).
+#[test]
+fn the_install_notes_name_every_condition() {
+    let notes = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/charts/bulkhead/templates/NOTES.txt"))
+        .expect("NOTES.txt");
+    let missing: Vec<&str> = bulkhead::status::CONDITION_TYPES
+        .iter()
+        .copied()
+        .filter(|c| !notes.split(|ch: char| !ch.is_ascii_alphanumeric()).any(|w| w == *c))
+        .collect();
+    assert!(missing.is_empty(), "NOTES.txt does not name {missing:?}");
+}
+
+/// "values.schema.json rejects unknown keys": the security contexts,
+/// affinity, tolerations, extraEnv and spread constraints too, whose fields
+/// are Kubernetes's, so a misspelt one fails the install instead of being
+/// dropped by the API server.
+#[test]
+fn the_schema_refuses_a_misspelt_security_context_or_affinity_field() {
+    for bad in [
+        "podSecurityContext.runAsUsr=1000",
+        "containerSecurityContext.readOnlyRootFileSystem=true",
+        "containerSecurityContext.capabilities.remove={NET_RAW}",
+        "affinity.nodeAfinity.x=1",
+        "extraEnv[0].name=A,extraEnv[0].vaule=1",
+        "tolerations[0].key=a,tolerations[0].efect=NoSchedule",
+        "topologySpreadConstraints[0].maxSkew=1,topologySpreadConstraints[0].topologyKey=k,topologySpreadConstraints[0].whenUnsatisfiable=DoNotSchedule,topologySpreadConstraints[0].labelSelecter.a=b",
+    ] {
+        let out = chart_support::helm_output(3, &["template", "--set", bad]);
+        assert!(!out.status.success(), "{bad} is refused by the schema");
+    }
+    let docs = render(
+        3,
+        &[
+            "--set",
+            "podSecurityContext.supplementalGroups={1000}",
+            "--set",
+            "tolerations[0].key=dedicated,tolerations[0].operator=Exists,tolerations[0].effect=NoSchedule",
+            "--set",
+            "extraEnv[0].name=A,extraEnv[0].value=x",
+            "--set",
+            "affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight=1",
+            "--set",
+            "affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].preference.matchExpressions[0].key=pool",
+            "--set",
+            "affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].preference.matchExpressions[0].operator=Exists",
+        ],
+    );
+    let pod = deployment_pod(&docs);
+    assert_eq!(pod["securityContext"]["supplementalGroups"][0], 1000);
+    assert_eq!(pod["tolerations"][0]["key"], "dedicated");
+    assert_eq!(pod["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]["weight"], 1);
 }

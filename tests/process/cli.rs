@@ -207,11 +207,90 @@ fn plan_shows_node_claims_taints_and_workload_patches() {
     assert_eq!(quota["spec"]["scopeSelector"]["matchExpressions"][0]["scopeName"], "PriorityClass");
 }
 
+/// `bulkhead plan` (and so the operator, which shares its planner and flags)
+/// without --proxy-image injects no sidecar into a Bulkhead that names no
+/// image, and the condition names the flag; --proxy-image and
+/// --proxy-security-context then shape the sidecar, and a securityContext
+/// with a misspelt field is refused at start.
 #[test]
-fn run_refuses_a_usage_period_or_window_it_cannot_read_and_exits_3_as_advise_does() {
-    for (flag, value) in [("--usage-period", "10 minutes"), ("--usage-window", "0d"), ("--usage-window", "7x")] {
-        let (code, _, stderr) = bulkhead(&["run", flag, value]);
-        assert_eq!(code, 3, "{flag} {value}: {stderr}");
-        assert!(stderr.contains(flag) && stderr.contains("7d"), "{stderr}");
+fn without_proxy_image_no_sidecar_is_planned_and_the_condition_names_the_flag() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let f = dir.path().join("proxied.yaml");
+    std::fs::write(
+        &f,
+        "apiVersion: bulkhead.dev/v1alpha1\nkind: Bulkhead\nmetadata: {name: proxied}\nspec:\n  dimension: Dependency\n  \
+         pool: {resource: requests, capacity: 10}\n  workload:\n    namespace: shop\n    selector: {matchLabels: {app: api}}\n    \
+         proxy: {mode: Ingress, port: 8081, upstreamPort: 8080}\n  classes:\n  - {name: a, reserved: 5}\n  - {name: b, reserved: 5}\n",
+    )
+    .expect("write");
+    let file = f.to_str().expect("path");
+    let (code, out, err) = bulkhead(&["plan", "-f", "examples/cluster/shop.yaml", "-f", file, "-o", "json"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("ProxyInjected False (NoProxyImage)") && err.contains("--proxy-image"), "{err}");
+    assert!(!err.contains("would inject"), "{err}");
+    assert!(!out.contains("bulkhead-proxy"), "no sidecar is planned: {out}");
+
+    let context = r#"{"runAsNonRoot":true,"allowPrivilegeEscalation":false,"capabilities":{"drop":["ALL"]}}"#;
+    let (code, out, err) = bulkhead(&[
+        "plan",
+        "-f",
+        "examples/cluster/shop.yaml",
+        "-f",
+        file,
+        "-o",
+        "json",
+        "--proxy-image",
+        "registry.example/bulkhead:1",
+        "--proxy-security-context",
+        context,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("ProxyInjected True"), "{err}");
+    let list: serde_json::Value = serde_json::from_str(&out).expect("JSON list");
+    let deployment = list["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .find(|i| i["kind"] == "Deployment")
+        .expect("the injection's apply body");
+    let sidecar = &deployment["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(sidecar["image"], "registry.example/bulkhead:1");
+    assert_eq!(sidecar["securityContext"], serde_json::from_str::<serde_json::Value>(context).expect("json"));
+
+    let (code, _, err) = bulkhead(&["plan", "-f", file, "--proxy-security-context", r#"{"runAsUsr":1}"#]);
+    assert!(code == 3 && err.contains("--proxy-security-context") && err.contains("runAsUsr"), "{err}");
+}
+
+/// `run --prometheus-url https://…` is a configuration the operator starts
+/// with, not a fatal error that would crash-loop its pod: with no cluster to
+/// reach it stops on the missing credentials, past the URL. A URL it cannot
+/// use still stops it at once, named, and without the password.
+#[test]
+fn run_takes_an_https_prometheus_and_names_a_bad_one_without_its_password() {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_bulkhead"))
+            .arg("run")
+            .args(args)
+            .env("KUBECONFIG", "/nonexistent/kubeconfig")
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env("NO_COLOR", "1")
+            .output()
+            .expect("bulkhead runs");
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        (out.status.code().unwrap_or(-1), text)
+    };
+    let token = "/var/run/secrets/kubernetes.io/serviceaccount/token";
+    let (code, out) =
+        run(&["--prometheus-url", "https://prom.monitoring:9091", "--prometheus-bearer-token-file", token]);
+    assert!(code == 1 && out.contains("no Kubernetes credentials") && !out.contains("prometheus"), "{out}");
+    for (url, why) in [
+        ("https://alice:hunter2@prom:99999", "port \"99999\" is not a port"),
+        ("https://alice:hunter2@prom:9091/?x=1", "must not carry a query"),
+    ] {
+        let (code, out) = run(&["--prometheus-url", url]);
+        assert!(code == 1 && out.contains(why) && out.contains("https://***@prom"), "{url}: {out}");
+        assert!(!out.contains("hunter2"), "{url}: the password is printed: {out}");
     }
+    let (code, out) = run(&["--prometheus-url", "https://prom:9091", "--prometheus-ca-file", "/nonexistent/ca.pem"]);
+    assert!(code == 1 && out.contains("--prometheus-ca-file /nonexistent/ca.pem"), "{out}");
 }

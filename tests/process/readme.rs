@@ -155,6 +155,24 @@ fn the_docs_state_the_charts_kube_version() {
     assert!(text.contains(&claimed), "the compatibility page states {claimed}");
 }
 
+/// The quickstart's kind node runs a Kubernetes version the compatibility
+/// page claims (1.20 to 1.33), not whatever kind picks by default.
+#[test]
+fn the_quickstart_pins_a_kind_node_in_the_claimed_range() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).expect("README.md");
+    let line =
+        readme.lines().find(|l| l.starts_with("kind create cluster")).expect("the quickstart creates its kind cluster");
+    let version = line.split("kindest/node:v").nth(1).expect("a pinned node image").split_whitespace().next();
+    let minor: u32 = version
+        .and_then(|v| v.split('.').nth(1))
+        .and_then(|m| m.parse().ok())
+        .unwrap_or_else(|| panic!("no version in {line:?}"));
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations/compatibility.md"))
+        .expect("compatibility.md");
+    assert!(page.contains("| 1.21 – 1.33 | **claimed"), "the claimed range moved: update this test and the README");
+    assert!((20..=33).contains(&minor), "{line}: 1.{minor} is outside the claimed 1.20–1.33");
+}
+
 /// The README stays a front page: what, a demo, a quickstart, the two
 /// commands. Everything else lives under docs/.
 #[test]
@@ -190,4 +208,55 @@ fn every_relative_link_in_the_docs_resolves() {
     }
     assert!(checked >= 10, "only {checked} relative links found: the extraction broke");
     assert!(broken.is_empty(), "links to files that do not exist:\n{}", broken.join("\n"));
+}
+
+/// Troubleshooting lists every `x-bulkhead-reason` the proxy can answer
+/// with: the admission's reasons and every one the proxy's own answers
+/// (`answer(StatusCode::…, "…")`, `refuse("…")`) name in src/proxy/.
+#[test]
+fn troubleshooting_lists_every_reason_the_proxy_answers_with() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut reasons: Vec<String> =
+        bulkhead::proxy::Reason::ALL.iter().map(|r| r.as_str().to_string()).collect::<Vec<_>>();
+    for entry in std::fs::read_dir(root.join("src/proxy")).expect("src/proxy") {
+        let path = entry.expect("entry").path();
+        let text = std::fs::read_to_string(&path).expect("source");
+        for line in text
+            .lines()
+            .filter(|l| l.contains("answer(StatusCode::") || l.contains("refuse(\"") || l.contains("let reason = if"))
+        {
+            for literal in line.split('"').skip(1).step_by(2) {
+                if !literal.is_empty() && literal.bytes().all(|b| b.is_ascii_lowercase() || b == b'-') {
+                    reasons.push(literal.to_string());
+                }
+            }
+        }
+    }
+    reasons.sort();
+    reasons.dedup();
+    assert!(reasons.len() >= 10, "only {reasons:?} found: the extraction broke");
+    let page = std::fs::read_to_string(root.join("docs/operations/troubleshooting.md")).expect("troubleshooting.md");
+    let missing: Vec<&String> = reasons.iter().filter(|r| !page.contains(&format!("`{r}`"))).collect();
+    assert!(missing.is_empty(), "docs/operations/troubleshooting.md does not name {missing:?}");
+}
+
+/// TESTING.md names every package the test scripts install with apt.
+#[test]
+fn testing_md_names_every_package_the_scripts_install() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let testing = std::fs::read_to_string(root.join("TESTING.md")).expect("TESTING.md");
+    let mut packages = Vec::new();
+    for script in ["tests/control-plane", "tests/image", "tests/lib/real-nodes.sh"] {
+        let text = std::fs::read_to_string(root.join(script)).expect("script");
+        for part in text.split("missing+=(").skip(1) {
+            // A package name, not a variable (`missing+=("$b")` lists binaries to build).
+            let name = part.split(')').next().unwrap_or_default();
+            if name.bytes().all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b)) {
+                packages.push(name.to_owned());
+            }
+        }
+    }
+    assert!(packages.len() >= 15, "only {packages:?} found: the extraction broke");
+    let missing: Vec<&String> = packages.iter().filter(|p| !testing.contains(&format!("`{p}`"))).collect();
+    assert!(missing.is_empty(), "TESTING.md does not name {missing:?}");
 }

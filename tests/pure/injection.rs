@@ -1,6 +1,7 @@
 //! Sidecar injection in the planner: the container a person would write, the
 //! rules of spec.workload.proxy, no re-apply at rest, exact withdrawal, and a
-//! withheld config that leaves sidecars alone. No cluster.
+//! withheld config or a missing image that leaves sidecars alone, and the
+//! operator's security context. No cluster.
 
 use bulkhead::{
     crd::Bulkhead,
@@ -13,7 +14,7 @@ use k8s_openapi::{api::apps::v1::Deployment, apimachinery::pkg::apis::meta::v1::
 use serde_json::{json, Value};
 
 fn plan(bulkhead: &Bulkhead, snapshot: &Snapshot) -> Plan {
-    let config = PlanConfig { proxy_image: "registry.example/bulkhead:test".into() };
+    let config = PlanConfig { proxy_image: Some("registry.example/bulkhead:test".into()), ..PlanConfig::default() };
     bulkhead::plan::plan(&Selection::parse(bulkhead), snapshot, &config)
 }
 
@@ -271,4 +272,75 @@ fn a_workload_another_bulkheads_older_sidecar_holds_is_left_to_it() {
     let p = plan(&older, &snapshot);
     assert_eq!(p.proxy.injections.len(), 1);
     assert!(p.proxy.yielded.is_empty());
+}
+
+/// An operator given no --proxy-image (run by hand, outside the chart) has no
+/// image it may inject: none is published to fall back on. The condition
+/// names the flag, nothing is injected and nothing already injected is pulled.
+#[test]
+fn without_an_image_from_the_operator_or_the_bulkhead_nothing_is_injected_and_the_flag_is_named() {
+    let no_image = PlanConfig { proxy_image: None, ..PlanConfig::default() };
+    let snapshot = shop(json!({}), plain_template());
+    let bh = bulkhead(INGRESS, 200);
+    let p = bulkhead::plan::plan(&Selection::parse(&bh), &snapshot, &no_image);
+    assert!(p.proxy.requested && p.proxy.no_image && p.proxy.injections.is_empty());
+    let settled = after_injection(&plan(&bh, &snapshot).proxy.injections[0]);
+    let p = bulkhead::plan::plan(&Selection::parse(&bh), &settled, &no_image);
+    let c = changes("shop", &p, &settled, bulkhead::plan::WithheldConfig::KeepLast);
+    assert!(!c.iter().any(|c| matches!(c, Change::WithdrawProxy(..) | Change::InjectProxy(_))), "{c:?}");
+    assert!(c.iter().any(|c| matches!(c, Change::ApplyConfigMap(_))), "the pool config is still written: {c:?}");
+    let now = Time(jiff::Timestamp::from_second(1_800_000_000).expect("time"));
+    let status = build_status(&bh, &p, None, &ApplyOutcome::NotApplied, None, &now);
+    let condition = status.conditions.iter().find(|c| c.type_ == PROXY_INJECTED).expect("ProxyInjected");
+    assert_eq!((condition.status.as_str(), condition.reason.as_str()), ("False", "NoProxyImage"));
+    assert!(condition.message.contains("--proxy-image"), "{}", condition.message);
+
+    // The Bulkhead's own image is enough.
+    let own = bulkhead("{mode: Ingress, port: 8081, upstreamPort: 8080, image: \"registry.example/own:1\"}", 200);
+    let p = bulkhead::plan::plan(&Selection::parse(&own), &snapshot, &no_image);
+    assert_eq!(p.proxy.injections.len(), 1);
+    let c = &p.proxy.injections[0].body["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(c["image"], "registry.example/own:1");
+}
+
+/// The operator's --proxy-security-context replaces the restricted default
+/// (OpenShift's restricted SCC assigns the user and refuses a fixed one);
+/// a field that is not a securityContext's is refused, never dropped.
+#[test]
+fn the_sidecars_security_context_is_the_operators_and_restricted_by_default() {
+    let snapshot = shop(json!({}), plain_template());
+    let bh = bulkhead(INGRESS, 200);
+    let sidecar = |config: &PlanConfig| {
+        let p = bulkhead::plan::plan(&Selection::parse(&bh), &snapshot, config);
+        p.proxy.injections[0].body["spec"]["template"]["spec"]["containers"][0]["securityContext"].clone()
+    };
+    let default = PlanConfig { proxy_image: Some("img:1".into()), ..PlanConfig::default() };
+    assert_eq!(sidecar(&default), bulkhead::plan::default_proxy_security_context());
+    assert_eq!(sidecar(&default)["runAsUser"], 65532);
+    assert_eq!(sidecar(&default)["runAsNonRoot"], true);
+
+    let openshift = bulkhead::plan::parse_security_context(
+        r#"{"runAsNonRoot": true, "runAsUser": null, "allowPrivilegeEscalation": false,
+            "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}, "readOnlyRootFilesystem": true}"#,
+    )
+    .expect("a securityContext");
+    let config = PlanConfig { proxy_security_context: openshift, ..default.clone() };
+    let context = sidecar(&config);
+    assert!(context.get("runAsUser").is_none(), "{context}");
+    assert_eq!(context["runAsNonRoot"], true);
+    assert_ne!(plan(&bh, &snapshot).proxy.injections[0].fingerprint, {
+        let p = bulkhead::plan::plan(&Selection::parse(&bh), &snapshot, &config);
+        p.proxy.injections[0].fingerprint.clone()
+    });
+
+    for (bad, why) in [
+        (r#"{"runAsUsr": 1000}"#, "runAsUsr: not a field"),
+        (r#"{"capabilities": {"drop": ["ALL"], "remove": ["NET_RAW"]}}"#, "capabilities.remove: not a field"),
+        (r#"{"runAsUser": "root"}"#, "invalid type"),
+        ("[1]", "expected a JSON object"),
+        ("runAsUser: 1", "not JSON"),
+    ] {
+        let err = bulkhead::plan::parse_security_context(bad).expect_err(bad);
+        assert!(err.contains(why), "{bad}: {err}");
+    }
 }

@@ -101,6 +101,10 @@ subjects: [{{kind: ServiceAccount, name: {name}, namespace: {NAMESPACE}}}]
     kubeconfig
 }
 
+/// The sidecar image the test operators inject (nothing pulls it: the end-to-end
+/// suites run the proxy themselves on the operator's ConfigMap).
+pub(crate) const TEST_PROXY_IMAGE: &str = "registry.invalid/bulkhead:e2e";
+
 impl Operator {
     /// The shared operator of a test binary (no leader election), started once.
     pub(crate) fn get() -> &'static Operator {
@@ -124,11 +128,16 @@ impl Operator {
             RUST_LOG=info,kube=warn "$bin" run --metrics-addr "127.0.0.1:$port" "$@" >"$log" 2>&1 & pid=$!
             echo "$pid" >"$pidfile"
             while kill -0 "$owner" 2>/dev/null && kill -0 "$pid" 2>/dev/null; do sleep 0.5; done; kill "$pid" 2>/dev/null"#;
+        // As the chart does: the operator is told its sidecar image (without
+        // it, it injects none and says so in ProxyInjected).
+        let image: &[&str] =
+            if extra_args.contains(&"--proxy-image") { &[] } else { &["--proxy-image", TEST_PROXY_IMAGE] };
         let mut watchdog = Command::new("setsid")
             .args(["bash", "-c", script, "_", env!("CARGO_BIN_EXE_bulkhead"), &port.to_string()])
             .arg(&log)
             .arg(std::process::id().to_string())
             .arg(&pid_file)
+            .args(image)
             .args(extra_args)
             .env("KUBECONFIG", &kubeconfig)
             .env("POD_NAME", instance)

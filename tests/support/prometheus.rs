@@ -35,6 +35,24 @@ impl Prometheus {
 
     /// `scrape_configs` is the YAML list under `scrape_configs:`, indented by two.
     pub(crate) async fn start_with_scrape_configs(scrape_configs: &str) -> Self {
+        Self::start_serving(scrape_configs, None, |addr| PrometheusClient::new(&format!("http://{addr}")).ok()).await
+    }
+
+    /// The same, serving its API as `web_config` says (`--web.config.file`:
+    /// TLS, basic auth); `client` asks it whether it is ready.
+    pub(crate) async fn start_with_web_config(
+        scrape_configs: &str,
+        web_config: &str,
+        client: impl Fn(SocketAddr) -> Option<PrometheusClient>,
+    ) -> Self {
+        Self::start_serving(scrape_configs, Some(web_config), client).await
+    }
+
+    async fn start_serving(
+        scrape_configs: &str,
+        web_config: Option<&str>,
+        client: impl Fn(SocketAddr) -> Option<PrometheusClient>,
+    ) -> Self {
         let bin = std::env::var("PROMETHEUS_BIN").unwrap_or_else(|_| "prometheus".into());
         let dir = tempfile::tempdir().expect("tempdir");
         let config = dir.path().join("prometheus.yml");
@@ -48,7 +66,13 @@ impl Prometheus {
         .expect("write prometheus.yml");
         let addr = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port");
         let log = std::fs::File::create(dir.path().join("prometheus.log")).expect("log file");
-        let child = Command::new(&bin)
+        let mut command = Command::new(&bin);
+        if let Some(web) = web_config {
+            let file = dir.path().join("web.yml");
+            std::fs::write(&file, web).expect("write web.yml");
+            command.arg(format!("--web.config.file={}", file.display()));
+        }
+        let child = command
             .arg(format!("--config.file={}", config.display()))
             .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
             .arg(format!("--web.listen-address={addr}"))
@@ -66,7 +90,7 @@ impl Prometheus {
             if let Ok(Some(status)) = p.child.try_wait() {
                 panic!("prometheus exited {status}:\n{}", p.log());
             }
-            if ready(addr).await {
+            if ready(client(addr)).await {
                 return p;
             }
             assert!(Instant::now() < deadline, "prometheus not ready within {READY_WITHIN:?}:\n{}", p.log());
@@ -106,8 +130,8 @@ impl Prometheus {
     }
 }
 
-async fn ready(addr: SocketAddr) -> bool {
-    let Ok(client) = PrometheusClient::new(&format!("http://{addr}")) else { return false };
+async fn ready(client: Option<PrometheusClient>) -> bool {
+    let Some(client) = client else { return false };
     // /-/ready is plain text; an instant query of `1` proves the query engine is up too.
     client.with_timeout(Duration::from_secs(2)).query("1", 0.0).await.is_ok()
 }

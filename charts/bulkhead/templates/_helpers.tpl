@@ -82,10 +82,56 @@ more than one replica (two active controllers would fight over every object).
 {{- end }}
 
 {{/*
-Name of the Lease the operator takes (fixed in the binary).
+Name of the Lease the operator takes: one value for the --lease-name flag and
+the Role's resourceNames, so that they cannot disagree.
 */}}
 {{- define "bulkhead.leaseName" -}}
-bulkhead-operator
+{{- if .Values.leaderElection.leaseName }}
+{{- .Values.leaderElection.leaseName }}
+{{- else if .Values.operatorName }}
+{{- printf "bulkhead-operator-%s" .Values.operatorName }}
+{{- else }}
+{{- "bulkhead-operator" }}
+{{- end }}
+{{- end }}
+
+{{/*
+Fails when another release's operator Deployment, in any namespace, has this
+release's operatorName: both would act on the same Bulkheads. lookup reads
+the cluster on install and upgrade; helm template and --dry-run=client see
+nothing, so the check needs a cluster to mean anything.
+*/}}
+{{- define "bulkhead.assertOnlyOperatorOfItsName" -}}
+{{- $name := .Values.operatorName | default "" }}
+{{- $deployments := lookup "apps/v1" "Deployment" "" "" }}
+{{- range $d := ($deployments.items | default list) }}
+{{- $labels := $d.metadata.labels | default dict }}
+{{- if and (eq (get $labels "app.kubernetes.io/part-of") "bulkhead") (eq (get $labels "app.kubernetes.io/component") "operator") }}
+{{- $same := and (eq $d.metadata.namespace $.Release.Namespace) (eq (get $labels "app.kubernetes.io/instance") $.Release.Name) }}
+{{- if and (not $same) (eq (get $labels "bulkhead.dev/operator") $name) }}
+{{- fail (printf "Deployment %s/%s already runs a bulkhead operator named %q (operatorName): two operators would act on the same Bulkheads. Give this release its own operatorName, and label the Bulkheads it should act on bulkhead.dev/operator=<that name>" $d.metadata.namespace $d.metadata.name $name) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Where usage.caConfigMap is mounted, and the CA file the operator reads:
+usage.caFile, or ca.crt of the mounted ConfigMap, or nothing (the system's CAs).
+*/}}
+{{- define "bulkhead.prometheusCaDir" -}}
+/etc/bulkhead/prometheus-ca
+{{- end }}
+
+{{- define "bulkhead.prometheusCaFile" -}}
+{{- if and .Values.usage.caFile .Values.usage.caConfigMap }}
+{{- fail "usage.caFile and usage.caConfigMap both name the CA: give one" }}
+{{- end }}
+{{- if .Values.usage.caFile }}
+{{- .Values.usage.caFile }}
+{{- else if .Values.usage.caConfigMap }}
+{{- printf "%s/ca.crt" (include "bulkhead.prometheusCaDir" .) }}
+{{- end }}
 {{- end }}
 
 {{/*
