@@ -336,7 +336,8 @@ fn two_bulkheads_injecting_one_workload_are_told_apart_offline() {
     let text = format!("{cluster}{}{}", one("young", "2026-06-01T00:00:00Z"), one("old", "2026-01-01T00:00:00Z"));
     let f = dir.path().join("two.yaml");
     std::fs::write(&f, text).expect("write");
-    let (code, _, err) = run(&["plan", "-f", f.to_str().expect("path")], None);
+    let (code, _, err) =
+        run(&["plan", "--proxy-image", "registry.example/bulkhead:1", "-f", f.to_str().expect("path")], None);
     assert_eq!(code, 0, "{err}");
     assert!(err.contains("bulkhead old: ProxyInjected True (SidecarInjected)"), "{err}");
     assert!(
