@@ -14,8 +14,8 @@ pub struct BulkheadStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// Ready, Funded, ControlPlaneLane, QuotasScoped, NodeGroupsReady, Placed,
-    /// Isolated, ProxyInjected, ShuffleSharded (those that apply to the spec),
-    /// Sized and IsolatedInUse (from the proxies' telemetry, in a cluster).
+    /// Isolated, ProxyInjected, Enforced, ShuffleSharded (those that apply to
+    /// the spec), Sized and IsolatedInUse (from the proxies' telemetry, in a cluster).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

@@ -1,6 +1,7 @@
 //! `bulkhead check`: the shared-layer audit for CI pipelines and GitOps
 //! review. Exit codes: 0 isolated and funded; 1 a required layer Shared, the
-//! design unfundable or a critical class without a floor; 2 only Unverified remains and --strict; 3 bad input
+//! design unfundable, a critical class without a floor, or a Service that
+//! reaches the workload around its sidecar; 2 only Unverified remains and --strict; 3 bad input
 //! (files or command-line arguments: usage errors never exit 2).
 
 use kube::ResourceExt;
@@ -9,7 +10,7 @@ use serde_json::{json, Value};
 use super::evaluate::Evaluated;
 use crate::{
     crd::{Layer, LayerState},
-    status::{reason, ConditionStatus, CONTROL_PLANE_LANE, FUNDED},
+    status::{reason, ConditionStatus, CONTROL_PLANE_LANE, ENFORCED, FUNDED},
 };
 
 pub const EXIT_OK: u8 = 0;
@@ -43,6 +44,11 @@ pub fn check_report(evaluations: &[Evaluated], strict: bool) -> CheckReport {
         }
         if !e.plan.capacity.funding.is_funded() {
             failed = true;
+        }
+        // A sidecar that traffic walks around enforces nothing: the bulkhead is decorative.
+        for c in status.conditions.iter().filter(|c| c.type_ == ENFORCED && c.reason == reason::BYPASSED) {
+            failed = true;
+            summary.push(format!("{name}: {} {} ({}): {}", c.type_, c.status, c.reason, c.message));
         }
         // A critical lane without a floor is a lane that is not funded.
         let lane = status.conditions.iter().find(|c| c.type_ == CONTROL_PLANE_LANE);

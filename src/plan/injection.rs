@@ -6,8 +6,11 @@
 
 use serde_json::{json, Value};
 
-use super::placement::{fingerprint, with_annotation};
 use super::PlanConfig;
+use super::{
+    bypass::{bypasses, INGRESS_PORT_NAME},
+    placement::{fingerprint, with_annotation},
+};
 use crate::{
     crd::{ProxyMode, ProxySpec},
     select::{Selection, SpecError},
@@ -110,6 +113,9 @@ pub struct ProxyPlan {
     /// Workloads an older Bulkhead's sidecar claims: left to it (one sidecar
     /// per pod), each as `Deployment ns/name` with the winner.
     pub yielded: Vec<(String, String)>,
+    /// Service ports that reach this Bulkhead's workloads around the proxy
+    /// (see `bypass.rs`), each described.
+    pub bypassed: Vec<String>,
 }
 
 /// `config`: the operator's sidecar image and security context.
@@ -134,6 +140,7 @@ pub(super) fn plan_proxy(
     }
     let mut injections = Vec::new();
     let mut yielded = Vec::new();
+    let mut carrying = Vec::new();
     if let (Some(w), Some(proxy), Some(matcher), Some(config_map), Some(image)) =
         (workload, proxy, selection.workload.as_ref(), config_map, image)
     {
@@ -154,6 +161,7 @@ pub(super) fn plan_proxy(
                 yielded.push((format!("{} {}", found.kind.as_str(), key.1), winner.clone()));
                 continue;
             }
+            carrying.push(found);
             let body = json!({
                 "apiVersion": "apps/v1",
                 "kind": found.kind.as_str(),
@@ -183,7 +191,16 @@ pub(super) fn plan_proxy(
         })
         .map(|(k, _)| k.clone())
         .collect();
-    ProxyPlan { requested: proxy.is_some(), withheld: false, no_image: false, injections, withdrawals, yielded }
+    let bypassed = proxy.map(|p| bypasses(p, &carrying, snapshot)).unwrap_or_default();
+    ProxyPlan {
+        requested: proxy.is_some(),
+        withheld: false,
+        no_image: false,
+        injections,
+        withdrawals,
+        yielded,
+        bypassed,
+    }
 }
 
 /// The annotation marking a workload as injected by `bulkhead`.
@@ -215,7 +232,7 @@ fn container(proxy: &ProxySpec, image: &str, security_context: &Value) -> Value 
             if !proxy.class_header_from.is_empty() {
                 args.extend(["--class-header-from".into(), proxy.class_header_from.join(",")]);
             }
-            ports.push(json!({"name": "bulkhead-proxy", "containerPort": port, "protocol": "TCP"}));
+            ports.push(json!({"name": INGRESS_PORT_NAME, "containerPort": port, "protocol": "TCP"}));
         }
         ProxyMode::Egress => {
             for route in &proxy.routes {

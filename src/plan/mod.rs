@@ -2,6 +2,7 @@
 //! operator should write and the numbers it reports. The controller applies
 //! its output; `bulkhead plan` prints it.
 
+mod bypass;
 mod capacity;
 mod changes;
 mod config_map;

@@ -25,12 +25,12 @@ pub use interned::{InternedLabels, Interner, LabelLookup};
 pub use journal::{Cursor, Delta, Journal};
 pub use seniority::Seniority;
 pub use topology::{
-    normalise_host, EndpointSliceInfo, EndpointsInfo, NodeInfo, PodInfo, RuntimeClassInfo, ServiceInfo,
-    SERVICE_NAME_LABEL,
+    normalise_host, EndpointSliceInfo, EndpointsInfo, NodeInfo, PodInfo, PortRef, RuntimeClassInfo, ServiceInfo,
+    ServicePort, SERVICE_NAME_LABEL,
 };
 pub use workloads::{
-    Autoscaler, Labels, NamespaceInfo, TemplatePlacement, Workload, WorkloadKind, PLACEMENT_ANNOTATION_PREFIX,
-    PROXY_ANNOTATION_PREFIX,
+    Autoscaler, ContainerPort, Labels, NamespaceInfo, TemplatePlacement, Workload, WorkloadKind,
+    PLACEMENT_ANNOTATION_PREFIX, PROXY_ANNOTATION_PREFIX,
 };
 
 /// Namespace and name of a namespaced object.

@@ -4,10 +4,13 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::{
-    core::v1::{Endpoints, Node, ObjectReference, Pod, Service, Taint},
-    discovery::v1::EndpointSlice,
-    node::v1::RuntimeClass,
+use k8s_openapi::{
+    api::{
+        core::v1::{Endpoints, Node, ObjectReference, Pod, Service, Taint},
+        discovery::v1::EndpointSlice,
+        node::v1::RuntimeClass,
+    },
+    apimachinery::pkg::util::intstr::IntOrString,
 };
 
 use super::{InternedLabels, Interner, Labels};
@@ -76,6 +79,23 @@ pub struct ServiceInfo {
     pub external_name: Option<String>,
     pub selector: Option<Labels>,
     pub cluster_ip: Option<String>,
+    /// Where each port sends traffic in the pods it selects.
+    pub ports: Vec<ServicePort>,
+}
+
+/// One port of a Service.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServicePort {
+    pub port: i32,
+    /// spec.ports[].targetPort; absent, it is `port`.
+    pub target: PortRef,
+}
+
+/// A port of a pod: by number, or by the name of a container port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PortRef {
+    Number(i32),
+    Name(String),
 }
 
 impl From<&Service> for ServiceInfo {
@@ -86,6 +106,22 @@ impl From<&Service> for ServiceInfo {
             external_name: external.and_then(|s| s.external_name.clone()).map(|h| normalise_host(&h)),
             selector: spec.and_then(|s| s.selector.clone()).filter(|s| !s.is_empty()),
             cluster_ip: spec.and_then(|s| s.cluster_ip.clone()).filter(|ip| ip != "None" && !ip.is_empty()),
+            ports: spec
+                .and_then(|s| s.ports.as_ref())
+                .into_iter()
+                .flatten()
+                .map(|p| ServicePort {
+                    port: p.port,
+                    target: match &p.target_port {
+                        Some(IntOrString::Int(n)) => PortRef::Number(*n),
+                        Some(IntOrString::String(name)) => match name.parse::<i32>() {
+                            Ok(n) => PortRef::Number(n),
+                            Err(_) => PortRef::Name(name.clone()),
+                        },
+                        None => PortRef::Number(p.port),
+                    },
+                })
+                .collect(),
         }
     }
 }

@@ -72,6 +72,30 @@ pub struct Workload {
     /// Names of the pod template's containers and volumes.
     pub containers: Vec<String>,
     pub volumes: Vec<String>,
+    /// The ports the pod template's containers declare.
+    pub container_ports: Vec<ContainerPort>,
+}
+
+/// A port a container of a pod template declares.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContainerPort {
+    pub container: String,
+    pub name: Option<String>,
+    pub port: i32,
+}
+
+fn container_ports(template: Option<&PodTemplateSpec>) -> Vec<ContainerPort> {
+    let Some(spec) = template.and_then(|t| t.spec.as_ref()) else { return Vec::new() };
+    spec.containers
+        .iter()
+        .flat_map(|c| {
+            c.ports.iter().flatten().map(|p| ContainerPort {
+                container: c.name.clone(),
+                name: p.name.clone(),
+                port: p.container_port,
+            })
+        })
+        .collect()
 }
 
 /// The pod-template fields that placement writes.
@@ -139,6 +163,7 @@ impl From<&Deployment> for Workload {
             proxied_by: annotated(&d.metadata, PROXY_ANNOTATION_PREFIX),
             containers,
             volumes,
+            container_ports: container_ports(spec.map(|s| &s.template)),
         }
     }
 }
@@ -162,6 +187,7 @@ impl From<&StatefulSet> for Workload {
             proxied_by: annotated(&s.metadata, PROXY_ANNOTATION_PREFIX),
             containers,
             volumes,
+            container_ports: container_ports(spec.map(|s| &s.template)),
         }
     }
 }

@@ -2,7 +2,7 @@
 //! sidecar: every selected workload carries it, or why not.
 
 use super::{
-    reasons::{reason, PROXY_INJECTED},
+    reasons::{reason, ENFORCED, PROXY_INJECTED},
     ApplyOutcome, ConditionStatus, DesiredCondition,
 };
 use crate::plan::Plan;
@@ -65,4 +65,34 @@ pub(super) fn proxy_condition(plan: &Plan, outcome: &ApplyOutcome) -> Option<Des
             )
         }
     })
+}
+
+/// `Enforced`, present only when spec.workload.proxy asks for the sidecar:
+/// False while traffic can walk around it. The operator does not yet ask the
+/// sidecars which pool config they enforce, so it never says True: a verdict
+/// without evidence is the one thing the status must not give.
+pub(super) fn enforced_condition(plan: &Plan) -> Option<DesiredCondition> {
+    let proxy = &plan.proxy;
+    if !proxy.requested {
+        return None;
+    }
+    if !proxy.bypassed.is_empty() {
+        return Some(DesiredCondition::new(
+            ENFORCED,
+            ConditionStatus::False,
+            reason::BYPASSED,
+            format!(
+                "{}: those requests never pass the sidecar, so no pool counts them; point the targetPort at the \
+                 proxy's port (or its name, bulkhead-proxy)",
+                proxy.bypassed.join("; ")
+            ),
+        ));
+    }
+    Some(DesiredCondition::new(
+        ENFORCED,
+        ConditionStatus::Unknown,
+        reason::NOT_OBSERVED,
+        "not known whether every replica enforces the planned pool config: the operator does not ask the sidecars \
+         yet; no Service that selects the workload sends traffic around the proxy",
+    ))
 }

@@ -13,7 +13,7 @@ mod sized;
 pub use conditions::{merge_conditions, ConditionStatus, DesiredCondition};
 pub use isolation::isolated_condition;
 pub use reasons::{
-    reason, CONDITION_TYPES, CONTROL_PLANE_LANE, FUNDED, ISOLATED, NODE_GROUPS_READY, PLACED, PROXY_INJECTED,
+    reason, CONDITION_TYPES, CONTROL_PLANE_LANE, ENFORCED, FUNDED, ISOLATED, NODE_GROUPS_READY, PLACED, PROXY_INJECTED,
     QUOTAS_SCOPED, READY, SHUFFLE_SHARDED,
 };
 pub use reasons::{ISOLATED_IN_USE, SIZED};
@@ -144,6 +144,7 @@ fn desired_conditions(plan: &Plan, outcome: &ApplyOutcome) -> Vec<DesiredConditi
     let mut conditions = vec![ready(plan, outcome), funded(plan), control_plane_lane(plan), quotas_scoped(plan)];
     conditions.extend(placement::placement_conditions(plan, outcome));
     conditions.extend(injection::proxy_condition(plan, outcome));
+    conditions.extend(injection::enforced_condition(plan));
     conditions
 }
 

@@ -10,12 +10,13 @@ pub const NODE_GROUPS_READY: &str = "NodeGroupsReady";
 pub const PLACED: &str = "Placed";
 pub const ISOLATED: &str = "Isolated";
 pub const PROXY_INJECTED: &str = "ProxyInjected";
+pub const ENFORCED: &str = "Enforced";
 pub const SHUFFLE_SHARDED: &str = "ShuffleSharded";
 pub const SIZED: &str = "Sized";
 pub const ISOLATED_IN_USE: &str = "IsolatedInUse";
 
 /// Every condition type a status can carry.
-pub const CONDITION_TYPES: [&str; 11] = [
+pub const CONDITION_TYPES: [&str; 12] = [
     READY,
     FUNDED,
     CONTROL_PLANE_LANE,
@@ -24,6 +25,7 @@ pub const CONDITION_TYPES: [&str; 11] = [
     PLACED,
     ISOLATED,
     PROXY_INJECTED,
+    ENFORCED,
     SHUFFLE_SHARDED,
     SIZED,
     ISOLATED_IN_USE,
@@ -95,6 +97,10 @@ pub mod reason {
     pub const PROXY_OF_OLDER_BULKHEAD: &str = "ProxyOfOlderBulkhead";
     /// Neither the Bulkhead nor the operator (`--proxy-image`) names the sidecar's image.
     pub const NO_PROXY_IMAGE: &str = "NoProxyImage";
+    /// A Service reaches the workload's pods on the app's own port, around the proxy.
+    pub const BYPASSED: &str = "Bypassed";
+    /// The sidecars are not asked which pool config they enforce: not known.
+    pub const NOT_OBSERVED: &str = "NotObserved";
     /// Every tenant holds a shard no other tenant holds.
     pub const SHARDS_ASSIGNED: &str = "ShardsAssigned";
     /// Some tenants hold the very same shard; the message names them.

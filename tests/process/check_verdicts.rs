@@ -350,3 +350,25 @@ fn two_bulkheads_injecting_one_workload_are_told_apart_offline() {
     assert_eq!(injected.len(), 1, "one sidecar is planned: {err}");
     assert!(injected[0].starts_with("bulkhead old: "), "{err}");
 }
+
+#[test]
+fn a_service_around_the_sidecar_fails_the_gate_naming_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = "apiVersion: v1\nkind: Namespace\nmetadata: {name: shop}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: api, namespace: shop}\nspec:\n  replicas: 1\n  selector: {matchLabels: {app: api}}\n  template:\n    metadata: {labels: {app: api}}\n    spec: {containers: [{name: app, image: x, ports: [{name: http, containerPort: 8080}]}]}\n";
+    let bulkhead = "---\napiVersion: bulkhead.dev/v1alpha1\nkind: Bulkhead\nmetadata: {name: api}\nspec:\n  dimension: Dependency\n  pool: {resource: requests, capacity: 100}\n  workload:\n    namespace: shop\n    selector: {matchLabels: {app: api}}\n    proxy: {mode: Ingress, port: 8081, upstreamPort: 8080, image: registry.example/bulkhead:1}\n  classes:\n  - {name: a, reserved: 10, critical: true}\n  - {name: b, reserved: 10}\n";
+    let service = |target: &str| {
+        format!("---\napiVersion: v1\nkind: Service\nmetadata: {{name: api, namespace: shop}}\nspec:\n  selector: {{app: api}}\n  ports: [{{port: 80, targetPort: {target}}}]\n")
+    };
+    let f = dir.path().join("bypass.yaml");
+    std::fs::write(&f, format!("{cluster}{bulkhead}{}", service("http"))).expect("write");
+    let (code, _, err) = run(&["check", "-f", f.to_str().expect("path")], None);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("api: Enforced False (Bypassed): Service shop/api port 80 sends to targetPort http, 8080"),
+        "{err}"
+    );
+    std::fs::write(&f, format!("{cluster}{bulkhead}{}", service("8081"))).expect("write");
+    let (code, _, err) = run(&["check", "-f", f.to_str().expect("path")], None);
+    assert_eq!(code, 0, "{err}");
+    assert!(!err.contains("Bypassed"), "{err}");
+}

@@ -344,3 +344,59 @@ fn the_sidecars_security_context_is_the_operators_and_restricted_by_default() {
         assert!(err.contains(why), "{bad}: {err}");
     }
 }
+
+/// A Service in front of the app's own port: the sidecar is injected, and
+/// no request through that Service is counted. `Enforced` says so, naming
+/// the Service, whether targetPort is a number, the name of the app's
+/// container port, or left out (then it is the port); pointing it at the
+/// proxy, by number or by the sidecar's port name, clears it.
+#[test]
+fn a_service_aimed_at_the_apps_own_port_is_a_bypass() {
+    let template = json!({
+        "metadata": {"labels": {"app": "api"}},
+        "spec": {"containers": [{"name": "app", "image": "app:1", "ports": [{"name": "http", "containerPort": 8080}]}]},
+    });
+    let service = |name: &str, port: Value| {
+        serde_json::from_value::<k8s_openapi::api::core::v1::Service>(json!({
+            "metadata": {"name": name, "namespace": "shop"},
+            "spec": {"selector": {"app": "api"}, "ports": [port]},
+        }))
+        .expect("service")
+    };
+    let enforced = |s: &Snapshot| {
+        let bh = bulkhead(INGRESS, 200);
+        let p = plan(&bh, s);
+        let status = build_status(&bh, &p, None, &ApplyOutcome::NotApplied, None, &Time(jiff::Timestamp::UNIX_EPOCH));
+        let c = status.conditions.iter().find(|c| c.type_ == "Enforced").expect("Enforced").clone();
+        (c.status, c.reason, c.message)
+    };
+    for (port, via) in [
+        (json!({"port": 80, "targetPort": 8080}), "sends to 8080"),
+        (json!({"port": 80, "targetPort": "http"}), "sends to targetPort http, 8080"),
+        (json!({"port": 8080}), "sends to 8080"),
+    ] {
+        let mut s = shop(json!({}), template.clone());
+        s.apply(&service("api", port.clone()));
+        let (status, reason, message) = enforced(&s);
+        assert_eq!((status.as_str(), reason.as_str()), ("False", "Bypassed"), "{port}: {message}");
+        assert!(
+            message.contains(&format!("Service shop/api port {} {via}, the app's own port", port["port"])),
+            "{message}"
+        );
+    }
+    for port in [json!({"port": 80, "targetPort": 8081}), json!({"port": 80, "targetPort": "bulkhead-proxy"})] {
+        let mut s = shop(json!({}), template.clone());
+        s.apply(&service("api", port.clone()));
+        let (status, reason, _) = enforced(&s);
+        assert_eq!((status.as_str(), reason.as_str()), ("Unknown", "NotObserved"), "{port}");
+    }
+    // A Service of other pods, or in another namespace, is none of its business.
+    let mut s = shop(json!({}), template.clone());
+    let mut other = service("other", json!({"port": 80, "targetPort": 8080}));
+    other.spec.as_mut().expect("spec").selector = Some([("app".to_string(), "web".to_string())].into());
+    s.apply(&other);
+    let mut elsewhere = service("api", json!({"port": 80, "targetPort": 8080}));
+    elsewhere.metadata.namespace = Some("lab".into());
+    s.apply(&elsewhere);
+    assert_eq!(enforced(&s).1, "NotObserved");
+}
