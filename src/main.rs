@@ -374,7 +374,7 @@ fn run(
     let result = runtime.block_on(async {
         let usage = usage_options(usage)?;
         let client =
-            kube::Client::try_default().await.context("no Kubernetes credentials (KUBECONFIG or in-cluster)")?;
+            bulkhead::controller::client().await.context("no Kubernetes credentials (KUBECONFIG or in-cluster)")?;
         let options = bulkhead::controller::RunOptions {
             metrics_addr,
             instance: std::env::var("POD_NAME").ok(),

@@ -1,13 +1,16 @@
 //! Bulkhead specs read without a watch after an outage.
 //!
-//! A starting API server can hold a watch request about 10 s. When it held
-//! the controller's Bulkhead watch and the snapshot's metadata watch at once
-//! (the fault suite, 2026-12-05), a change made the moment the server was
-//! ready went unseen for 9.8 s. So for [`WINDOW`] after any watch failure,
-//! the Bulkheads' metadata is also listed every [`EVERY`]: a newer
-//! generation wakes the reconciles, which then read that Bulkhead afresh
-//! (`SharedSnapshot::newer_spec`). The lists are reads only, and stop once
-//! the watches have run [`WINDOW`] without failing.
+//! A watch can come back late after an API server restart: the 9.8 s the
+//! fault suite saw on 2026-12-05 (and issue 40's ~10 s) were kube-client's
+//! retry layer sleeping out a `503 Retry-After: 10` (see `client`), but the
+//! server itself makes a watch wait while that resource's watch cache fills
+//! (the 1.20 cacher's `ready.wait()`). So for
+//! [`WINDOW`] after any watch failure, the Bulkheads' metadata is also
+//! listed every [`EVERY`] (from etcd: no resourceVersion, so no watch cache
+//! to wait on): a newer generation wakes the reconciles, which then read that
+//! Bulkhead afresh (`SharedSnapshot::newer_spec`). The lists are reads only,
+//! each given up after [`TIMEOUT`] so that one slow answer does not hold the
+//! next, and stop once the watches have run [`WINDOW`] without failing.
 
 use std::{
     sync::{Arc, PoisonError},
@@ -23,6 +26,7 @@ use crate::crd::Bulkhead;
 /// How long after the last watch failure the lists go on.
 const WINDOW: Duration = Duration::from_secs(30);
 const EVERY: Duration = Duration::from_secs(1);
+const TIMEOUT: Duration = Duration::from_secs(2);
 
 /// `selector`: the Bulkheads this operator acts on (`crd::operator_selector`).
 pub(super) fn spawn(api: Api<Bulkhead>, shared: Arc<SharedSnapshot>, selector: String) {
@@ -31,8 +35,8 @@ pub(super) fn spawn(api: Api<Bulkhead>, shared: Arc<SharedSnapshot>, selector: S
             shared.watch_failed.notified().await;
             while since_last_failure(&shared).is_some_and(|since| since < WINDOW) {
                 tokio::time::sleep(EVERY).await;
-                match api.list_metadata(&ListParams::default().labels(&selector)).await {
-                    Ok(list) => {
+                match tokio::time::timeout(TIMEOUT, api.list_metadata(&ListParams::default().labels(&selector))).await {
+                    Ok(Ok(list)) => {
                         // Every item is noted (no short-circuit): each generation is remembered.
                         let newer = list.items.iter().fold(false, |any, b| shared.note_generation(&b.metadata) | any);
                         if newer {
@@ -40,7 +44,8 @@ pub(super) fn spawn(api: Api<Bulkhead>, shared: Arc<SharedSnapshot>, selector: S
                             shared.wake();
                         }
                     }
-                    Err(e) => debug!(error = %crate::error_chain::Chain(&e), "catch-up list failed"),
+                    Ok(Err(e)) => debug!(error = %crate::error_chain::Chain(&e), "catch-up list failed"),
+                    Err(_) => debug!(timeout = ?TIMEOUT, "catch-up list unanswered; listing again"),
                 }
             }
         }

@@ -8,6 +8,7 @@ mod audits;
 mod backend_source;
 mod backoff;
 mod catch_up;
+mod client;
 mod error;
 mod events;
 mod finalizer;
@@ -41,6 +42,7 @@ use kube::{
 };
 use tracing::{info, warn};
 
+pub use client::client;
 pub use error::Error;
 pub use metrics::{ErrorLabels, Metrics};
 pub use observe::SharedSnapshot;

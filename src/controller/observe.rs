@@ -56,10 +56,10 @@ pub struct SharedSnapshot {
     /// Failed watch attempts by kind (`bulkhead_watch_failures_total`).
     pub watch_failures: Family<KindLabels, Counter>,
     /// Each Bulkhead's latest `metadata.generation` as the metadata watch saw
-    /// it. The controller's own watch can lag behind it: after an API server
-    /// restart, a watch request it made while the server was starting was
-    /// held about 10 s. A reconcile whose copy is older reads the Bulkhead
-    /// afresh (`newer_spec`) instead of planning the old spec.
+    /// it (and the catch-up lists). The controller's own watch can lag behind
+    /// it after an API server restart (see `catch_up`). A reconcile whose
+    /// copy is older reads the Bulkhead afresh (`newer_spec`) instead of
+    /// planning the old spec.
     generations: std::sync::Mutex<std::collections::HashMap<String, i64>>,
     /// When a watch last failed, and a wake-up for the catch-up lists when one does.
     pub(super) last_watch_failure: std::sync::Mutex<Option<std::time::Instant>>,

@@ -620,8 +620,8 @@ async fn an_unreachable_prometheus_is_no_telemetry_and_a_refused_query_a_failed_
     assert!(matches!(super::usage::sizing(Err(refused)), crate::status::Sizing::Failed(_)));
 }
 
-/// The controller's watch can lag the metadata watch (a request held while
-/// the API server restarts): a reconcile of an older copy reads the Bulkhead
+/// The controller's watch can lag the metadata watch (after an API server
+/// restart, see `catch_up`): a reconcile of an older copy reads the Bulkhead
 /// afresh and plans the spec the API server holds.
 #[tokio::test]
 async fn a_copy_older_than_the_metadata_watch_is_read_afresh() {

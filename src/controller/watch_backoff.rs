@@ -8,9 +8,11 @@
 //! - 0.1 s doubling to a 5 s cap while failures repeat;
 //! - back to 0.1 s only once the watch has delivered events for a while
 //!   ([`HEALTHY`] since the last failure), not on the first event;
-//! - when the server first answers again (a 503 for a custom resource is
-//!   served a moment after `/readyz`), the next attempt is quick: the
-//!   doubling starts over, as the failure is of a new kind.
+//! - when the server first answers again (a 1.20 server answers 503 for a
+//!   custom resource until its CRD informer has synced), the next attempt is
+//!   quick: the doubling starts over, as the failure is of a new kind. The
+//!   503 reaches this schedule only because the client has no retry layer
+//!   of its own (`client`).
 
 use std::time::{Duration, Instant};
 
