@@ -365,17 +365,7 @@ async fn api_server_and_etcd_killed_mid_reconcile_and_restarted() {
         cp.restart(component);
         let ready = Instant::now();
         let down = killed.elapsed();
-        let mut refused = 0;
-        loop {
-            let (ok, _, err) = cp.try_apply_yaml(&case.bulkhead(&after));
-            if ok {
-                break;
-            }
-            refused += 1;
-            assert!(ready.elapsed() < Duration::from_secs(30), "the API server keeps refusing the change: {err}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        let accepted = ready.elapsed();
+        let (accepted, refused) = apply_until_taken(cp, &case.bulkhead(&after), ready).await;
         let changed = Instant::now();
         converge(&client, &case, &after, SETTLE).await;
         let applied = changed.elapsed();
@@ -393,6 +383,22 @@ async fn api_server_and_etcd_killed_mid_reconcile_and_restarted() {
     }
     cp.kubectl(&["delete", "bulkhead", &case.name, "--timeout=60s"]);
     assert!(groups(&client, &case).await.is_empty(), "deletion releases every node");
+}
+
+/// Send `yaml` until the API server takes it: right after a restart it may
+/// refuse custom resources a moment. How long after `ready` it was taken,
+/// and how often it was refused before.
+async fn apply_until_taken(cp: &ControlPlane, yaml: &str, ready: Instant) -> (Duration, u32) {
+    let mut refused = 0;
+    loop {
+        let (ok, _, err) = cp.try_apply_yaml(yaml);
+        if ok {
+            return (ready.elapsed(), refused);
+        }
+        refused += 1;
+        assert!(ready.elapsed() < Duration::from_secs(30), "the API server keeps refusing the change: {err}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// How often the user's sequence runs in a row, and how long the API server stays down in each.
@@ -433,17 +439,7 @@ async fn api_server_killed_at_rest_a_change_made_at_readyz_is_applied_within_5s_
         cp.restart("kube-apiserver");
         let ready = Instant::now();
         let down = killed.elapsed();
-        let mut refused = 0;
-        loop {
-            let (ok, _, err) = cp.try_apply_yaml(&case.bulkhead_with_quota(&counts, pods));
-            if ok {
-                break;
-            }
-            refused += 1;
-            assert!(ready.elapsed() < Duration::from_secs(30), "the API server keeps refusing the change: {err}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        let accepted = ready.elapsed();
+        let (accepted, refused) = apply_until_taken(cp, &case.bulkhead_with_quota(&counts, pods), ready).await;
         let want = pods.to_string();
         while hard_pods().await.as_deref() != Some(want.as_str()) {
             assert!(
