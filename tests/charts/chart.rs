@@ -626,16 +626,19 @@ fn the_chart_readme_documents_every_value() {
     assert!(missing.is_empty(), "values not in charts/bulkhead/README.md: {missing:?}");
 }
 
+/// The operator container's arguments in a rendered chart.
+fn operator_args(docs: &[Value]) -> Vec<String> {
+    deployment_pod(docs)["containers"][0]["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .filter_map(|a| a.as_str().map(String::from))
+        .collect()
+}
+
 #[test]
 fn usage_analysis_is_off_by_default_and_passes_its_url_period_and_window() {
-    let args = |docs: &[Value]| -> Vec<String> {
-        deployment_pod(docs)["containers"][0]["args"]
-            .as_array()
-            .expect("args")
-            .iter()
-            .filter_map(|a| a.as_str().map(String::from))
-            .collect()
-    };
+    let args = operator_args;
     let off = args(&render(3, &[]));
     assert!(!off.iter().any(|a| a.starts_with("--prometheus-url") || a.starts_with("--usage")), "{off:?}");
     let on = args(&render(
@@ -678,14 +681,7 @@ fn usage_analysis_is_off_by_default_and_passes_its_url_period_and_window() {
 /// passed or mounted while no URL is set.
 #[test]
 fn an_https_prometheus_gets_its_ca_and_token_file() {
-    let args = |docs: &[Value]| -> Vec<String> {
-        deployment_pod(docs)["containers"][0]["args"]
-            .as_array()
-            .expect("args")
-            .iter()
-            .filter_map(|a| a.as_str().map(String::from))
-            .collect()
-    };
+    let args = operator_args;
     let token = "/var/run/secrets/kubernetes.io/serviceaccount/token";
     let url = "usage.prometheusUrl=https://prometheus.monitoring:9091";
     for major in [3, 4] {
