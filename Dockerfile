@@ -27,21 +27,24 @@ WORKDIR /build
 #    never needs; cargo refuses a manifest that names missing files, so the
 #    build uses the manifest without those sections (they add no dependency:
 #    dev-dependencies are not built for a release binary). Dummy libs and a
-#    bin stand in for the sources of both workspace crates.
+#    bin stand in for the sources of the workspace crates.
 COPY Cargo.toml Cargo.lock ./
 COPY crates/bulkhead-admission/Cargo.toml ./crates/bulkhead-admission/
+COPY crates/bulkhead-proxy/Cargo.toml ./crates/bulkhead-proxy/
 RUN awk '/^\[\[(test|bench|example)\]\]/ { skip = 1; next } /^\[/ { skip = 0 } !skip' Cargo.toml >Cargo.toml.deps \
  && mv Cargo.toml.deps Cargo.toml \
- && mkdir -p src crates/bulkhead-admission/src \
+ && mkdir -p src crates/bulkhead-admission/src crates/bulkhead-proxy/src \
  && echo '// dependencies only' > src/lib.rs \
  && echo 'fn main() {}' > src/main.rs \
  && echo '// dependencies only' > crates/bulkhead-admission/src/lib.rs \
+ && echo '// dependencies only' > crates/bulkhead-proxy/src/lib.rs \
  && cargo build --release --locked --bin bulkhead \
- && rm -rf src crates/bulkhead-admission/src \
+ && rm -rf src crates/bulkhead-admission/src crates/bulkhead-proxy/src \
     target/release/bulkhead* \
     target/release/deps/bulkhead-* \
     target/release/deps/libbulkhead-* \
     target/release/deps/libbulkhead_admission-* \
+    target/release/deps/libbulkhead_proxy-* \
     target/release/.fingerprint/bulkhead-*
 
 # 2. The real sources: a change to tests or docs does not rebuild the image.

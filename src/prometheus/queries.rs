@@ -13,7 +13,7 @@ use super::{
 };
 use crate::usage::{ClassSeries, Telemetry};
 
-/// The proxy's series (src/proxy/metrics.rs), as Prometheus names them.
+/// The proxy's series (crates/bulkhead-admission/src/metrics.rs), as Prometheus names them.
 pub mod names {
     pub const IN_FLIGHT: &str = "bulkhead_proxy_in_flight";
     pub const HIGH_WATER: &str = "bulkhead_proxy_in_flight_high_water";

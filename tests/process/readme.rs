@@ -212,13 +212,13 @@ fn every_relative_link_in_the_docs_resolves() {
 
 /// Troubleshooting lists every `x-bulkhead-reason` the proxy can answer
 /// with: the admission's reasons and every one the proxy's own answers
-/// (`answer(StatusCode::…, "…")`, `refuse("…")`) name in src/proxy/.
+/// (`answer(StatusCode::…, "…")`, `refuse("…")`) name in crates/bulkhead-proxy/src/.
 #[test]
 fn troubleshooting_lists_every_reason_the_proxy_answers_with() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut reasons: Vec<String> =
         bulkhead::proxy::Reason::ALL.iter().map(|r| r.as_str().to_string()).collect::<Vec<_>>();
-    for entry in std::fs::read_dir(root.join("src/proxy")).expect("src/proxy") {
+    for entry in std::fs::read_dir(root.join("crates/bulkhead-proxy/src")).expect("crates/bulkhead-proxy/src") {
         let path = entry.expect("entry").path();
         let text = std::fs::read_to_string(&path).expect("source");
         for line in text

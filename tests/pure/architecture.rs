@@ -2,9 +2,10 @@
 //!
 //! crd → {pool_config, snapshot} → select → {plan, audit} → status → {controller, offline}
 //!
-//! each module importing only from those to its left (`proxy` only from the
-//! pool-config schema, `shard` from nothing), and no two files of one module
-//! importing each other. `cargo test --test pure -- --nocapture architecture::`
+//! each module importing only from those to its left (`shard` from nothing),
+//! and no two files of one module importing each other. The sidecar
+//! (`crates/bulkhead-proxy`, with the `duration` grammar) and the admission
+//! core are crates of their own, checked by `cargo tree`. `cargo test --test pure -- --nocapture architecture::`
 //! prints the graph as it is.
 
 use std::{
@@ -55,11 +56,9 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "duration",
         ],
     ),
-    ("proxy", &["pool_config", "crd", "duration"]),
     ("shard", &[]),
     ("logging", &[]),
     ("error_chain", &[]),
-    ("duration", &[]),
     ("usage", &["crd", "pool_config", "plan", "duration"]),
     ("prometheus", &["crd", "pool_config", "plan", "usage", "duration", "error_chain"]),
 ];
@@ -280,4 +279,27 @@ fn the_admission_crate_depends_on_no_kubernetes_crate() {
     let forbidden = ["kube", "kube-client", "kube-runtime", "k8s-openapi", "clap", "axum", "hyper", "hyper-util"];
     let found: Vec<&&str> = forbidden.iter().filter(|f| crates.contains(f)).collect();
     assert!(found.is_empty(), "bulkhead-admission pulls in {found:?}:\n{tree}");
+}
+
+/// The sidecar is a crate of its own so that it links no Kubernetes client
+/// and no planner: only the admission crate, hyper, h2 and tokio.
+#[test]
+fn the_proxy_crate_depends_on_no_kubernetes_crate_and_not_on_the_operator() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = std::process::Command::new(cargo)
+        .args(["tree", "--locked", "--offline", "-p", "bulkhead-proxy", "-e", "normal", "--prefix", "none"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo tree runs");
+    assert!(out.status.success(), "cargo tree failed: {}", String::from_utf8_lossy(&out.stderr));
+    let tree = String::from_utf8_lossy(&out.stdout);
+    let crates: Vec<&str> = tree.lines().filter_map(|l| l.split_whitespace().next()).collect();
+    for wanted in ["bulkhead-proxy", "bulkhead-admission", "hyper", "h2", "tokio"] {
+        assert!(crates.contains(&wanted), "{wanted} missing from the tree:\n{tree}");
+    }
+    let forbidden = ["bulkhead", "kube", "kube-client", "kube-runtime", "k8s-openapi", "schemars"];
+    let found: Vec<&&str> = forbidden.iter().filter(|f| crates.contains(f)).collect();
+    assert!(found.is_empty(), "bulkhead-proxy pulls in {found:?}:\n{tree}");
+    // Nothing of the operator is left in its old place.
+    assert!(!src().join("proxy").exists(), "src/proxy/ is back: the sidecar lives in crates/bulkhead-proxy");
 }

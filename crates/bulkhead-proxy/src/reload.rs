@@ -14,7 +14,7 @@ use std::{
     time::Duration,
 };
 
-use crate::pool_config::{PoolConfig, POOL_CONFIG_KEY};
+use bulkhead_admission::pool_config::{PoolConfig, POOL_CONFIG_KEY};
 
 use super::{
     admission::{ApplyError, Pool},

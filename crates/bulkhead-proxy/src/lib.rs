@@ -5,14 +5,22 @@
 //! mounted ConfigMap. The admission core is also a tower Layer
 //! ([`AdmissionLayer`]) for services that enforce the pools in process.
 //!
-//! Depends only on the `bulkhead-admission` crate (the admission core and
-//! the pool-config schema), never on the operator's modules.
+//! A crate of its own (`bulkhead-proxy`), so that the sidecar links no
+//! Kubernetes client and no planner: it depends only on the
+//! `bulkhead-admission` crate (the admission core and the pool-config
+//! schema), on hyper, h2 and tokio. `cargo tree -p bulkhead-proxy -e normal`
+//! shows it. The operator's one binary runs it as `bulkhead proxy`.
+//! `duration` (the one grammar of every flag's durations) lives here, the
+//! lowest crate that reads flags, and the operator uses it too.
+
+#![forbid(unsafe_code)]
 
 mod activity;
 mod admin;
 mod class_headers;
 mod connections;
 mod dial;
+pub mod duration;
 mod fds;
 pub mod forward;
 mod h1_upstream;

@@ -10,7 +10,7 @@ use std::{
 };
 
 use crate::duration::{off_or_duration, positive};
-pub use crate::pool_config::Cidr;
+pub use bulkhead_admission::pool_config::Cidr;
 
 use super::{
     admission::Unclassified,

@@ -299,7 +299,7 @@ mod tests {
 
     use super::*;
 
-    use crate::proxy::idle::IdleBody;
+    use crate::idle::IdleBody;
 
     /// An empty request body of the type the proxy forwards (hyper makes
     /// `Incoming` only for what it reads, so one is read off a connection).
