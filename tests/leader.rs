@@ -15,6 +15,12 @@ use support::{
     unique_suffix, wait_for, ControlPlane,
 };
 
+/// One test at a time: they share one control plane, and every operator
+/// without a name acts on every unlabelled Bulkhead, so one test's operators
+/// would reconcile the other's Bulkheads (and write first, leaving the other
+/// nothing to log).
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn bulkhead_yaml(name: &str) -> String {
     format!(
         "apiVersion: bulkhead.dev/v1alpha1\nkind: Bulkhead\nmetadata: {{name: {name}}}\nspec:\n  dimension: Tenant\n  pool: {{resource: connections, capacity: 10}}\n  classes: [{{name: a, reserved: 1, critical: true}}]\n"
@@ -38,6 +44,7 @@ async fn reconciled(api: &Api<Bulkhead>, name: &str) -> Option<()> {
 
 #[tokio::test]
 async fn only_the_lease_holder_reconciles_and_a_standby_takes_over() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let cp = ControlPlane::get();
     let client = cp.client().await;
     let first = Operator::start("replica-a", &["--leader-elect"]);
@@ -77,6 +84,7 @@ async fn only_the_lease_holder_reconciles_and_a_standby_takes_over() {
 /// relabelling a Bulkhead moves it from one to the other.
 #[tokio::test]
 async fn two_operators_named_apart_never_act_on_the_same_bulkhead() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let cp = ControlPlane::get();
     let client = cp.client().await;
     let unnamed = Operator::start("unnamed", &[]);
