@@ -81,11 +81,13 @@ fn key(p: &PairStatus) -> Option<(&str, &str)> {
     Some((p.classes.first()?.as_str(), p.classes.get(1)?.as_str()))
 }
 
-fn find(layers: &[Arc<LayerStatus>], layer: Layer) -> Option<usize> {
+/// Where `layer` is in `layers`.
+pub(super) fn find(layers: &[Arc<LayerStatus>], layer: Layer) -> Option<usize> {
     layers.iter().position(|l| l.name == layer)
 }
 
-fn pair_position(position: &HashMap<&str, usize>, p: &PairStatus) -> (usize, usize) {
+/// A pair's place in the spec's order of classes (unknown names last).
+pub(super) fn pair_position(position: &HashMap<&str, usize>, p: &PairStatus) -> (usize, usize) {
     let at = |i: usize| p.classes.get(i).and_then(|c| position.get(c.as_str())).copied().unwrap_or(usize::MAX);
     (at(0), at(1))
 }

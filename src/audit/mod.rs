@@ -140,7 +140,7 @@ fn nest(
         return;
     }
     let versions = [NODE, KERNEL, ZONE, HOST].map(|l| state.counts.layers[l].version);
-    let Some(process) = find_layer(layers, Layer::Process) else {
+    let Some(process) = implied::find(layers, Layer::Process) else {
         imply_nested_layers(layers, &names);
         return;
     };
@@ -172,7 +172,7 @@ fn half_sandboxed_kernels(
     snapshot: &Snapshot,
     hints: &Hints<'_>,
 ) {
-    let (Some(node), Some(kernel)) = (find_layer(layers, Layer::Node), find_layer(layers, Layer::Kernel)) else {
+    let (Some(node), Some(kernel)) = (implied::find(layers, Layer::Node), implied::find(layers, Layer::Kernel)) else {
         return;
     };
     let positions: std::collections::HashMap<&str, usize> =
@@ -207,15 +207,8 @@ fn half_sandboxed_kernels(
             None => status.pairs.push(pair),
         }
     }
-    status.pairs.sort_by_key(|p| {
-        let at = |i: usize| p.classes.get(i).and_then(|c| index(c)).unwrap_or(usize::MAX);
-        (at(0), at(1))
-    });
+    status.pairs.sort_by_key(|p| implied::pair_position(&positions, p));
     status.state = LayerState::Shared;
-}
-
-fn find_layer(layers: &[Arc<LayerStatus>], layer: Layer) -> Option<usize> {
-    layers.iter().position(|l| l.name == layer)
 }
 
 /// The Database layer, kept in `state` while no class names a database (it

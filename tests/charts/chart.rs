@@ -585,10 +585,7 @@ fn the_pod_monitor_scrapes_the_port_the_operator_gives_the_sidecar() {
     let monitor = find(&docs, "PodMonitor")[0];
     assert_eq!(monitor["spec"]["podMetricsEndpoints"][0]["port"].as_str(), Some("proxy-metrics"));
     // A container port name has at most 15 characters: a longer one could never match.
-    for bad in ["monitoring.podMonitor.port=bulkhead-proxy-metrics", "monitoring.podMonitor.path=metrics"] {
-        let out = chart_support::helm_output(3, &["template", "--set", bad]);
-        assert!(!out.status.success(), "{bad} is refused by the schema");
-    }
+    refused_by_schema(&["monitoring.podMonitor.port=bulkhead-proxy-metrics", "monitoring.podMonitor.path=metrics"]);
     assert_eq!(
         serde_json::to_value(&monitor["spec"]["namespaceSelector"]).expect("json"),
         serde_json::json!({"matchNames": ["shop", "search"]})
@@ -636,6 +633,14 @@ fn operator_args(docs: &[Value]) -> Vec<String> {
         .collect()
 }
 
+/// Each `--set` value is refused by the chart's schema (`helm template` fails).
+fn refused_by_schema(values: &[&str]) {
+    for bad in values {
+        let out = chart_support::helm_output(3, &["template", "--set", bad]);
+        assert!(!out.status.success(), "{bad} is refused by the schema");
+    }
+}
+
 #[test]
 fn usage_analysis_is_off_by_default_and_passes_its_url_period_and_window() {
     let args = operator_args;
@@ -657,7 +662,7 @@ fn usage_analysis_is_off_by_default_and_passes_its_url_period_and_window() {
             "7d"
         ]
     );
-    for bad in [
+    refused_by_schema(&[
         "usage.prometheusUrl=prometheus:9090",
         "usage.period=10 minutes",
         "usage.period=90",
@@ -666,10 +671,7 @@ fn usage_analysis_is_off_by_default_and_passes_its_url_period_and_window() {
         "usage.windw=7d",
         "usage.caFile=ca.pem",
         "usage.caConfigMap=Not_A_Name",
-    ] {
-        let out = chart_support::helm_output(3, &["template", "--set", bad]);
-        assert!(!out.status.success(), "{bad} is refused by the schema");
-    }
+    ]);
     // The binary's grammar: 1h30m is a span.
     let on = args(&render(3, &["--set", "usage.prometheusUrl=http://p:9090", "--set", "usage.period=1h30m"]));
     assert!(on.windows(2).any(|w| w == ["--usage-period", "1h30m"]), "{on:?}");
@@ -753,10 +755,7 @@ fn the_injected_sidecars_security_context_is_a_value_and_openshift_can_leave_the
         assert!(sidecar["securityContext"].get("runAsUser").is_none(), "{sidecar}");
         assert_eq!(restricted_container(&sidecar, &Value::Null), Vec::<String>::new(), "Helm {major}");
     }
-    for bad in ["proxy.securityContext.runAsUsr=1000", "proxy.securityContext.runAsUser=-1", "proxy.image=x"] {
-        let out = chart_support::helm_output(3, &["template", "--set", bad]);
-        assert!(!out.status.success(), "{bad} is refused by the schema");
-    }
+    refused_by_schema(&["proxy.securityContext.runAsUsr=1000", "proxy.securityContext.runAsUser=-1", "proxy.image=x"]);
 }
 
 /// The Lease name is one value: the flag the operator gets and the one name

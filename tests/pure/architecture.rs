@@ -262,18 +262,23 @@ fn the_scanner_sees_grouped_and_plain_imports() {
     assert_eq!(found, vec!["audit", "crd", "plan"]);
 }
 
-/// The admission crate is what a service embeds: it must stay free of
-/// Kubernetes and of the operator's server and CLI stacks.
-#[test]
-fn the_admission_crate_depends_on_no_kubernetes_crate() {
+/// `cargo tree -p PACKAGE -e normal`, one crate a line.
+fn normal_dependencies(package: &str) -> String {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = std::process::Command::new(cargo)
-        .args(["tree", "--locked", "--offline", "-p", "bulkhead-admission", "-e", "normal", "--prefix", "none"])
+        .args(["tree", "--locked", "--offline", "-p", package, "-e", "normal", "--prefix", "none"])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("cargo tree runs");
     assert!(out.status.success(), "cargo tree failed: {}", String::from_utf8_lossy(&out.stderr));
-    let tree = String::from_utf8_lossy(&out.stdout);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The admission crate is what a service embeds: it must stay free of
+/// Kubernetes and of the operator's server and CLI stacks.
+#[test]
+fn the_admission_crate_depends_on_no_kubernetes_crate() {
+    let tree = normal_dependencies("bulkhead-admission");
     let crates: Vec<&str> = tree.lines().filter_map(|l| l.split_whitespace().next()).collect();
     assert!(crates.contains(&"bulkhead-admission") && crates.contains(&"http"), "unexpected tree:\n{tree}");
     let forbidden = ["kube", "kube-client", "kube-runtime", "k8s-openapi", "clap", "axum", "hyper", "hyper-util"];
@@ -285,14 +290,7 @@ fn the_admission_crate_depends_on_no_kubernetes_crate() {
 /// and no planner: only the admission crate, hyper, h2 and tokio.
 #[test]
 fn the_proxy_crate_depends_on_no_kubernetes_crate_and_not_on_the_operator() {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = std::process::Command::new(cargo)
-        .args(["tree", "--locked", "--offline", "-p", "bulkhead-proxy", "-e", "normal", "--prefix", "none"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("cargo tree runs");
-    assert!(out.status.success(), "cargo tree failed: {}", String::from_utf8_lossy(&out.stderr));
-    let tree = String::from_utf8_lossy(&out.stdout);
+    let tree = normal_dependencies("bulkhead-proxy");
     let crates: Vec<&str> = tree.lines().filter_map(|l| l.split_whitespace().next()).collect();
     for wanted in ["bulkhead-proxy", "bulkhead-admission", "hyper", "h2", "tokio"] {
         assert!(crates.contains(&wanted), "{wanted} missing from the tree:\n{tree}");
