@@ -137,6 +137,10 @@ fn pod(s: &mut Snapshot, p: usize, node: Option<usize>) -> (ObjectKey, PodInfo) 
             runtime_class: None,
             ip: Some(format!("10.{}.{}.{}", p >> 16 & 255, p >> 8 & 255, p & 255).into()),
             finished: false,
+            running: true,
+            terminating: false,
+            sidecar: None,
+            config_hash: None,
         },
     )
 }

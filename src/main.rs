@@ -382,6 +382,7 @@ fn run(
             config,
             shutdown_grace,
             usage,
+            enforcement: bulkhead::controller::EnforcementOptions::default(),
             operator_name,
         };
         bulkhead::controller::run(client, options).await?;

@@ -318,7 +318,8 @@ fn least_privilege_is_exact(cp: &ControlPlane) {
         ("statefulsets.apps", "", "get list watch patch"),
         ("nodes", "", "list watch patch"),
         ("namespaces", "", "list watch"),
-        ("pods", "", "list watch"),
+        // Stamps the config hash on running pods (propagation within seconds).
+        ("pods", "", "list watch patch"),
         ("services", "", "list watch"),
         ("endpoints", "", "list watch"),
         ("endpointslices.discovery.k8s.io", "", "list watch"),

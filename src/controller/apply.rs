@@ -117,6 +117,7 @@ pub(super) async fn apply_changes(
                 withdraw(client, &proxy_manager(bulkhead), &proxy_marker(bulkhead), *kind, key).await?;
                 metrics.record_write(kind.as_str(), "withdraw");
             }
+            Change::StampPods { hash, pods } => super::stamp::stamp_pods(client, metrics, hash, pods).await?,
             Change::ApplyConfigMap(cm) => {
                 let (ns, name) = names(&cm.metadata)?;
                 apply(Api::<ConfigMap>::namespaced(client.clone(), ns), name, cm).await?;

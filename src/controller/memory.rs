@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use super::{audits::AuditCache, backoff::Backoff, refusals::RefusalMemory, usage::Usage};
+use super::{audits::AuditCache, backoff::Backoff, enforcement::Enforcement, refusals::RefusalMemory, usage::Usage};
 
 pub struct Memory {
     /// Failures since the last good reconcile, per Bulkhead.
@@ -16,11 +16,19 @@ pub struct Memory {
     pub audits: Arc<AuditCache>,
     /// Each Bulkhead's latest analysis of its proxies' telemetry.
     pub usage: Arc<Usage>,
+    /// Each Bulkhead's latest answers from its sidecars (which config they enforce).
+    pub enforcement: Arc<Enforcement>,
 }
 
 impl Memory {
-    pub fn new(usage: Arc<Usage>) -> Self {
-        Self { backoff: Backoff::default(), refusals: RefusalMemory::default(), audits: Arc::default(), usage }
+    pub fn new(usage: Arc<Usage>, enforcement: Arc<Enforcement>) -> Self {
+        Self {
+            backoff: Backoff::default(),
+            refusals: RefusalMemory::default(),
+            audits: Arc::default(),
+            usage,
+            enforcement,
+        }
     }
 
     /// Drop everything kept about `bulkhead`.
@@ -29,6 +37,7 @@ impl Memory {
         self.refusals.replace(bulkhead, &[]);
         self.audits.forget(bulkhead);
         self.usage.forget(bulkhead);
+        self.enforcement.forget(bulkhead);
     }
 }
 
@@ -38,7 +47,7 @@ mod tests {
 
     use super::*;
     use crate::{
-        controller::{metrics::Metrics, usage::UsageOptions},
+        controller::{enforcement::EnforcementOptions, metrics::Metrics, usage::UsageOptions},
         evaluate::Kept,
         status::Sizing,
     };
@@ -47,7 +56,9 @@ mod tests {
     fn one_forget_drops_everything_kept_about_a_bulkhead_and_nothing_else() {
         let options = UsageOptions::prometheus("http://127.0.0.1:1", Duration::from_secs(60), Duration::from_secs(600))
             .expect("a valid URL");
-        let memory = Memory::new(Arc::new(Usage::new(options, Arc::new(Metrics::default()))));
+        let metrics = Arc::new(Metrics::default());
+        let enforcement = Arc::new(Enforcement::new(EnforcementOptions::default(), metrics.clone()));
+        let memory = Memory::new(Arc::new(Usage::new(options, metrics)), enforcement);
         for name in ["gone", "kept"] {
             memory.backoff.next(name);
             assert_eq!(memory.backoff.next(name), Duration::from_secs(2));

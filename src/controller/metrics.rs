@@ -100,6 +100,9 @@ pub struct Metrics {
     pub analyses: Family<ResultLabels, Counter>,
     /// Time one usage analysis took (its Prometheus queries and the analysis).
     pub analysis_duration: Histogram,
+    /// From the operator's write of a pool config until every running pod's
+    /// sidecar reported it (`controller::enforcement`).
+    pub config_convergence: Histogram,
 }
 
 impl Default for Metrics {
@@ -117,6 +120,14 @@ impl Default for Metrics {
         let conditions = Family::<ConditionLabels, Gauge>::default();
         let analyses = Family::<ResultLabels, Counter>::default();
         let analysis_duration = Histogram::new([0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 120.0]);
+        // The goal is 2 s, the kubelet's periodic sync about 60 s.
+        let config_convergence = Histogram::new([0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0]);
+        registry.register_with_unit(
+            "config_convergence",
+            "Time from the operator's write of a pool config until every running selected pod's sidecar enforced it",
+            prometheus_client::registry::Unit::Seconds,
+            config_convergence.clone(),
+        );
         registry.register(
             "usage_analyses",
             "Usage analyses finished (--prometheus-url), by result (advised, no_telemetry, failed)",
@@ -179,6 +190,7 @@ impl Default for Metrics {
             conditions,
             analyses,
             analysis_duration,
+            config_convergence,
         }
     }
 }

@@ -9,6 +9,7 @@ mod backend_source;
 mod backoff;
 mod catch_up;
 mod client;
+mod enforcement;
 mod error;
 mod events;
 mod finalizer;
@@ -21,6 +22,7 @@ mod process_metrics;
 mod reconcile;
 mod recorder;
 mod refusals;
+mod stamp;
 #[cfg(test)]
 mod tests;
 mod untyped;
@@ -43,6 +45,7 @@ use kube::{
 use tracing::{info, warn};
 
 pub use client::client;
+pub use enforcement::EnforcementOptions;
 pub use error::Error;
 pub use metrics::{ErrorLabels, Metrics};
 pub use observe::SharedSnapshot;
@@ -78,6 +81,8 @@ pub struct RunOptions {
     pub shutdown_grace: Duration,
     /// Whether and how each Bulkhead's use is analysed (`Sized`).
     pub usage: UsageOptions,
+    /// How often the sidecars are asked which config they enforce (`Enforced`).
+    pub enforcement: EnforcementOptions,
     /// `--operator-name`: act only on Bulkheads labelled with it, or, without
     /// one, only on those without the label (`crd::operator_selector`).
     pub operator_name: Option<String>,
@@ -107,7 +112,10 @@ pub async fn run(client: Client, options: RunOptions) -> Result<(), Error> {
         metrics: metrics.clone(),
         snapshot: snapshot.clone(),
         config: options.config.clone(),
-        memory: memory::Memory::new(Arc::new(usage::Usage::new(options.usage.clone(), metrics.clone()))),
+        memory: memory::Memory::new(
+            Arc::new(usage::Usage::new(options.usage.clone(), metrics.clone())),
+            Arc::new(enforcement::Enforcement::new(options.enforcement, metrics.clone())),
+        ),
         operator_name: options.operator_name.clone(),
     });
 
@@ -157,9 +165,13 @@ pub async fn run(client: Client, options: RunOptions) -> Result<(), Error> {
     // inputs did not change reuses its last evaluation (`evaluate::evaluate_kept`),
     // and the writes happen only on differences.
     // A finished analysis with a new result wakes them too (the others reuse everything).
+    // So does a sidecar's new answer about the config it enforces.
     let changes = futures::stream::select(
-        snapshot.changes(Duration::from_millis(100)),
-        ctx.memory.usage.finished(Duration::from_millis(100)),
+        futures::stream::select(
+            snapshot.changes(Duration::from_millis(100)),
+            ctx.memory.usage.finished(Duration::from_millis(100)),
+        ),
+        ctx.memory.enforcement.changed(Duration::from_millis(100)),
     );
     // A reconcile that flips a condition waits on the API server for its
     // status write and Events; with four slots, ten Bulkheads probed under

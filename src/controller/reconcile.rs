@@ -115,15 +115,20 @@ async fn reconcile_bulkhead(bulkhead: &Bulkhead, ctx: &Context) -> Result<Action
         // its new taint list, without reporting a failure.
         Executed::Replan => return Ok(Action::requeue(Duration::from_millis(200))),
     };
+    // The sidecars are asked from now on about the config just planned; the
+    // latest answers (about it) go into this status.
+    let wrote = evaluation.changes.iter().any(|c| matches!(c, Change::ApplyConfigMap(_)))
+        && matches!(outcome, ApplyOutcome::Applied { .. });
+    let observed = ctx.memory.enforcement.observe(&name, &evaluation.plan, wrote);
     // Most reconciles under churn change nothing of this Bulkhead: skip
     // building a status already known to be in place.
     let in_place = reused == Reused::Evaluation
-        && ctx.memory.audits.with(&name, |k| k.reported_already(bulkhead, &outcome, &sizing)) == Some(true);
+        && ctx.memory.audits.with(&name, |k| k.reported_already(bulkhead, &outcome, &sizing, &observed)) == Some(true);
     if !in_place {
-        let status = evaluation.status_sized(bulkhead, &outcome, &sizing, &now());
+        let status = evaluation.status_observed(bulkhead, &outcome, &sizing, observed.as_deref(), &now());
         ctx.metrics.record_conditions(&name, &status.conditions);
         if report(ctx, bulkhead, &status).await? == Reported::AlreadyInPlace {
-            ctx.memory.audits.with(&name, |k| k.note_reported(bulkhead, &outcome, &sizing));
+            ctx.memory.audits.with(&name, |k| k.note_reported(bulkhead, &outcome, &sizing, &observed));
         }
     }
     match apply_error {

@@ -18,6 +18,7 @@ use tower_test::mock;
 
 use super::{
     backoff::Backoff,
+    enforcement::{Enforcement, EnforcementOptions},
     memory::Memory,
     observe::SharedSnapshot,
     reconcile::reconcile,
@@ -68,6 +69,7 @@ async fn run_counted(
 ) -> (Result<Action, Error>, Vec<Seen>) {
     let kept = Kept {
         usage: Arc::new(Usage::new(UsageOptions::disabled(), Arc::default())),
+        enforcement: Arc::new(Enforcement::new(EnforcementOptions::default(), Arc::default())),
         audits: Arc::default(),
         metrics: Arc::default(),
         generations: Vec::new(),
@@ -78,6 +80,8 @@ async fn run_counted(
 /// What the operator keeps between reconciles of one test.
 struct Kept {
     usage: Arc<Usage>,
+    /// The sidecars' answers (which pool config they enforce).
+    enforcement: Arc<Enforcement>,
     audits: Arc<super::audits::AuditCache>,
     /// Where the usage analyses are counted.
     metrics: Arc<Metrics>,
@@ -116,6 +120,7 @@ async fn run_with(
             refusals: RefusalMemory::default(),
             audits: kept.audits.clone(),
             usage: kept.usage.clone(),
+            enforcement: kept.enforcement.clone(),
         },
         operator_name: None,
     });
@@ -462,7 +467,8 @@ fn analysed_by(
         UsageOptions { analyst: Some(Arc::new(move |_, _| analyst())), period, window: Duration::from_secs(604_800) },
         metrics.clone(),
     ));
-    Kept { usage, audits: Arc::default(), metrics, generations: Vec::new() }
+    let enforcement = Arc::new(Enforcement::new(EnforcementOptions::default(), metrics.clone()));
+    Kept { usage, enforcement, audits: Arc::default(), metrics, generations: Vec::new() }
 }
 
 /// The cluster as the last reconcile left it, the status as `write` sent it.
@@ -632,6 +638,7 @@ async fn a_copy_older_than_the_metadata_watch_is_read_afresh() {
     let fresh_json = serde_json::to_value(&fresh).expect("a Bulkhead serialises");
     let kept = Kept {
         usage: Arc::new(Usage::new(UsageOptions::disabled(), Arc::default())),
+        enforcement: Arc::new(Enforcement::new(EnforcementOptions::default(), Arc::default())),
         audits: Arc::default(),
         metrics: Arc::default(),
         generations: vec![("pools", 2)],

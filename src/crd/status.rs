@@ -31,6 +31,32 @@ pub struct BulkheadStatus {
     /// Per layer of the stack, whether the classes share it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub layers: Vec<LayerStatus>,
+    /// With spec.workload.proxy, in a cluster: which pool config the running
+    /// pods' sidecars enforce, as the operator asked them (the `Enforced`
+    /// condition says what to make of it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enforcement: Option<EnforcementStatus>,
+}
+
+/// What the sidecars of the selected pods enforce.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EnforcementStatus {
+    /// Content hash of the planned pool config (FNV-1a 64 of pools.json, hex),
+    /// as each sidecar reports it on /readyz and in bulkhead_proxy_config_info.
+    pub config_hash: String,
+    /// Running pods spec.workload selects.
+    pub pods: u32,
+    /// Of those, the pods whose sidecar reported the planned config.
+    pub converged: u32,
+    /// Pods not (yet) known to enforce it: lagging, unreachable, without the
+    /// sidecar (the first 10, by name).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lagging: Vec<String>,
+    /// Seconds from the operator's write of a pool config until every pod
+    /// enforced it, for the last config that got there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_convergence_seconds: Option<f64>,
 }
 
 /// The planned pool.
@@ -51,12 +77,14 @@ pub struct PoolStatus {
     /// maxReplicas of HorizontalPodAutoscalers that target the workload, summed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_replicas: Option<u64>,
-    /// Capacity one replica enforces (Fleet: capacity split over max(replicas, maxReplicas)).
+    /// Capacity one replica enforces (Fleet: capacity split over the replicas
+    /// that exist: the desired count, or the pods while more still run).
     pub per_replica_capacity: u32,
     /// Capacity the whole fleet may hold: at the current replica count, and at maxReplicas.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fleet_capacity: Option<u64>,
-    /// Fleet capacity at maxReplicas (Instance scope multiplies with replicas).
+    /// Fleet capacity at maxReplicas (Instance scope multiplies with replicas;
+    /// a Fleet pool is split again over maxReplicas).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fleet_capacity_at_max: Option<u64>,
 }

@@ -30,7 +30,7 @@ use crate::{
     crd::{Bulkhead, BulkheadSpec},
     select::Selection,
     snapshot::{Cursor, Delta, Snapshot},
-    status::{ApplyOutcome, Sizing},
+    status::{ApplyOutcome, Observed, Sizing},
 };
 
 /// What one Bulkhead keeps between reconciles.
@@ -55,28 +55,48 @@ struct StatusInPlace {
     outcome: ApplyOutcome,
     /// The very analysis result (each new one is a new allocation).
     sizing: Arc<Sizing>,
+    /// The very answers of the sidecars, likewise.
+    observed: Option<Arc<Observed>>,
 }
 
 impl Kept {
-    /// True when the status of the current evaluation with `outcome` and
-    /// `sizing` is known to be the one `bulkhead` holds.
-    pub fn reported_already(&self, bulkhead: &Bulkhead, outcome: &ApplyOutcome, sizing: &Arc<Sizing>) -> bool {
+    /// True when the status of the current evaluation with `outcome`,
+    /// `sizing` and `observed` is known to be the one `bulkhead` holds.
+    pub fn reported_already(
+        &self,
+        bulkhead: &Bulkhead,
+        outcome: &ApplyOutcome,
+        sizing: &Arc<Sizing>,
+        observed: &Option<Arc<Observed>>,
+    ) -> bool {
         self.in_place.as_ref().is_some_and(|r| {
             r.evaluation == self.evaluations
                 && bulkhead.metadata.resource_version.as_deref() == Some(r.resource_version.as_str())
                 && &r.outcome == outcome
                 && Arc::ptr_eq(&r.sizing, sizing)
+                && match (&r.observed, observed) {
+                    (None, None) => true,
+                    (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                    _ => false,
+                }
         })
     }
 
-    /// Record that the status of the current evaluation with `outcome` and
-    /// `sizing` is the one `bulkhead` holds.
-    pub fn note_reported(&mut self, bulkhead: &Bulkhead, outcome: &ApplyOutcome, sizing: &Arc<Sizing>) {
+    /// Record that the status of the current evaluation with `outcome`,
+    /// `sizing` and `observed` is the one `bulkhead` holds.
+    pub fn note_reported(
+        &mut self,
+        bulkhead: &Bulkhead,
+        outcome: &ApplyOutcome,
+        sizing: &Arc<Sizing>,
+        observed: &Option<Arc<Observed>>,
+    ) {
         self.in_place = bulkhead.metadata.resource_version.clone().map(|resource_version| StatusInPlace {
             evaluation: self.evaluations,
             resource_version,
             outcome: outcome.clone(),
             sizing: sizing.clone(),
+            observed: observed.clone(),
         });
     }
 }

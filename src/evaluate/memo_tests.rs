@@ -121,7 +121,17 @@ impl Cluster {
                 }
                 let labels = s.interner.labels([("app".to_string(), "w".to_string())].iter().map(|(k, v)| (k, v)));
                 let node = node.map(|n| s.interner.intern(&format!("n-{n}")));
-                let pod = PodInfo { labels, node, runtime_class: None, ip: None, finished: false };
+                let pod = PodInfo {
+                    labels,
+                    node,
+                    runtime_class: None,
+                    ip: None,
+                    finished: false,
+                    running: false,
+                    terminating: false,
+                    sidecar: None,
+                    config_hash: None,
+                };
                 s.set_pod(ObjectKey::new(NAMESPACES[ns], format!("p-{id}")), Some(pod));
             }
             Event::Delete { id } => {
@@ -269,27 +279,36 @@ fn a_status_found_in_place_is_known_only_for_the_same_evaluation_object_and_outc
     let mut kept = Kept::default();
     let outcome = ApplyOutcome::NotApplied;
     let sizing = std::sync::Arc::new(crate::status::Sizing::Pending);
+    let none = None;
     cluster.kept(&mut kept);
-    assert!(!kept.reported_already(&cluster.bulkhead, &outcome, &sizing), "nothing noted yet");
-    kept.note_reported(&cluster.bulkhead, &outcome, &sizing);
-    assert!(kept.reported_already(&cluster.bulkhead, &outcome, &sizing));
+    assert!(!kept.reported_already(&cluster.bulkhead, &outcome, &sizing, &none), "nothing noted yet");
+    kept.note_reported(&cluster.bulkhead, &outcome, &sizing, &none);
+    assert!(kept.reported_already(&cluster.bulkhead, &outcome, &sizing, &none));
     let analysed = std::sync::Arc::new(crate::status::Sizing::Pending);
-    assert!(!kept.reported_already(&cluster.bulkhead, &outcome, &analysed), "another analysis, even an equal one");
+    assert!(
+        !kept.reported_already(&cluster.bulkhead, &outcome, &analysed, &none),
+        "another analysis, even an equal one"
+    );
     let failed = ApplyOutcome::Failed("boom".to_string());
-    assert!(!kept.reported_already(&cluster.bulkhead, &failed, &sizing), "another outcome");
+    assert!(!kept.reported_already(&cluster.bulkhead, &failed, &sizing, &none), "another outcome");
+    let answered = Some(std::sync::Arc::new(crate::status::Observed::default()));
+    assert!(!kept.reported_already(&cluster.bulkhead, &outcome, &sizing, &answered), "new answers of the sidecars");
     // A pod nobody reads: the evaluation is reused, so the status still holds.
     cluster.apply(&Event::Pod { id: 0, ns: 2, node: Some(1) });
     assert!(cluster.kept(&mut kept).1);
-    assert!(kept.reported_already(&cluster.bulkhead, &outcome, &sizing));
+    assert!(kept.reported_already(&cluster.bulkhead, &outcome, &sizing, &none));
     // A new object version (someone wrote its status): compare again.
     cluster.apply(&Event::Bulkhead { zone: false });
     assert!(cluster.kept(&mut kept).1, "same spec: the evaluation is reused");
-    assert!(!kept.reported_already(&cluster.bulkhead, &outcome, &sizing), "but the status must be built and compared");
-    kept.note_reported(&cluster.bulkhead, &outcome, &sizing);
+    assert!(
+        !kept.reported_already(&cluster.bulkhead, &outcome, &sizing, &none),
+        "but the status must be built and compared"
+    );
+    kept.note_reported(&cluster.bulkhead, &outcome, &sizing, &none);
     // A pod a class reads: a fresh evaluation, so build again.
     cluster.apply(&Event::Pod { id: 1, ns: 0, node: Some(0) });
     assert!(!cluster.kept(&mut kept).1);
-    assert!(!kept.reported_already(&cluster.bulkhead, &outcome, &sizing));
+    assert!(!kept.reported_already(&cluster.bulkhead, &outcome, &sizing, &none));
 }
 
 #[test]

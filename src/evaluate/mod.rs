@@ -17,7 +17,7 @@ use crate::{
     plan::{changes, plan, Change, Plan, PlanConfig, WithheldConfig},
     select::Selection,
     snapshot::Snapshot,
-    status::{apply_sizing, build_status, ApplyOutcome, Sizing},
+    status::{apply_enforcement, apply_sizing, build_status, ApplyOutcome, Observed, Sizing},
 };
 
 #[derive(Clone, Debug)]
@@ -92,6 +92,22 @@ impl Evaluation {
     ) -> BulkheadStatus {
         let mut status = self.status(bulkhead, outcome, now);
         apply_sizing(&mut status, sizing, bulkhead.status.as_ref(), bulkhead.metadata.generation, now);
+        status
+    }
+
+    /// As `status_sized`, with `Enforced` and `status.enforcement` from what
+    /// the sidecars answered (None: not asked yet).
+    pub fn status_observed(
+        &self,
+        bulkhead: &Bulkhead,
+        outcome: &ApplyOutcome,
+        sizing: &Sizing,
+        observed: Option<&Observed>,
+        now: &Time,
+    ) -> BulkheadStatus {
+        let mut status = self.status_sized(bulkhead, outcome, sizing, now);
+        let (previous, generation) = (bulkhead.status.as_ref(), bulkhead.metadata.generation);
+        apply_enforcement(&mut status, &self.plan, observed, previous, generation, now);
         status
     }
 }

@@ -142,12 +142,17 @@ pub fn plan_capacity(spec: &BulkheadSpec, replicas: Option<Replicas>) -> (Capaci
             (capacity.checked_mul(r.current), r.max.and_then(|m| capacity.checked_mul(m)))
         }
         (Scope::Fleet, Some(r)) => {
-            // At most 64 classes (validated) of u32 each, plus a u32: far from u64::MAX; checked all the same.
-            let per_replica = classes
-                .iter()
-                .try_fold(u64::from(per_replica_shared), |sum, c| sum.checked_add(u64::from(c.reserved_per_replica)));
-            let times = |n: u64| per_replica.and_then(|p| p.checked_mul(n));
-            (times(r.current), r.max.and_then(times))
+            // What the split over `n` replicas adds up to over those n. At most
+            // 64 classes (validated) of u32 each, plus a u32: far from u64::MAX;
+            // checked all the same. At the autoscaler's maximum the pool is
+            // split again, over the maximum.
+            let added_up = |n: u64| {
+                classes
+                    .iter()
+                    .try_fold(u64::from(split(shared, n)), |sum, c| sum.checked_add(u64::from(split(c.reserved, n))))
+                    .and_then(|p| p.checked_mul(n))
+            };
+            (added_up(divisor), r.max.map(|m| added_up(m.max(1))).and_then(|x| x))
         }
     };
 

@@ -38,6 +38,12 @@ pub enum Change {
     ApplyConfigMap(ConfigMap),
     InjectProxy(ProxyInjection),
     WithdrawProxy(WorkloadKind, ObjectKey),
+    /// Stamp running pods with the hash of the pool config just written, so
+    /// their kubelets refresh the mounted file now (see `propagation.rs`).
+    StampPods {
+        hash: String,
+        pods: Vec<ObjectKey>,
+    },
     DeleteConfigMap(ObjectKey),
     ApplyQuota(ResourceQuota),
     DeleteQuota(ObjectKey),
@@ -62,6 +68,7 @@ impl std::fmt::Display for Change {
             Change::ApplyConfigMap(cm) => write!(f, "apply ConfigMap {}", key(&cm.metadata)),
             Change::InjectProxy(p) => write!(f, "inject the proxy into {}", p.describe()),
             Change::WithdrawProxy(kind, key) => write!(f, "withdraw the proxy from {} {key}", kind.as_str()),
+            Change::StampPods { hash, pods } => write!(f, "stamp pool config {hash} on {} pod(s)", pods.len()),
             Change::DeleteConfigMap(k) => write!(f, "delete ConfigMap {k}"),
             Change::ApplyQuota(rq) => write!(f, "apply ResourceQuota {}", key(&rq.metadata)),
             Change::DeleteQuota(k) => write!(f, "delete ResourceQuota {k}"),
@@ -147,6 +154,10 @@ pub fn changes(name: &str, plan: &Plan, snapshot: &Snapshot, withheld: WithheldC
     // Sidecars after the config they mount; withdrawn before it goes.
     out.extend(plan.proxy.withdrawals.iter().cloned().map(|(kind, key)| Change::WithdrawProxy(kind, key)));
     out.extend(plan.proxy.injections.iter().filter(|i| !i.up_to_date).cloned().map(Change::InjectProxy));
+    // After the config they make the kubelets read again.
+    if let (Some(hash), false) = (&plan.proxy.config_hash, plan.proxy.stamps.is_empty()) {
+        out.push(Change::StampPods { hash: hash.clone(), pods: plan.proxy.stamps.clone() });
+    }
     // A withheld config (unfunded, namespace missing) leaves the last one in place;
     // a config that moved namespace, or a Bulkhead that dropped its workload, removes it.
     if plan.config_map.is_some() || withheld == WithheldConfig::Remove {

@@ -10,16 +10,15 @@ use super::PlanConfig;
 use super::{
     bypass::{bypasses, INGRESS_PORT_NAME},
     placement::{fingerprint, with_annotation},
+    propagation::{selected_pods, stamps, SelectedPod},
 };
 use crate::{
     crd::{ProxyMode, ProxySpec},
     select::{Selection, SpecError},
-    snapshot::{ObjectKey, Snapshot, WorkloadKind, PROXY_ANNOTATION_PREFIX},
+    snapshot::{ObjectKey, Snapshot, WorkloadKind, PROXY_ADMIN_PORT_NAME, PROXY_ANNOTATION_PREFIX},
 };
 
-/// Name of the injected container and of its config volume.
-pub const PROXY_CONTAINER: &str = "bulkhead-proxy";
-pub const PROXY_VOLUME: &str = "bulkhead-pools";
+pub use crate::snapshot::{PROXY_CONTAINER, PROXY_VOLUME};
 /// Where the pool config is mounted in the sidecar.
 pub const PROXY_CONFIG_DIR: &str = "/etc/bulkhead/pools";
 pub(super) const DEFAULT_CLASSIFY_HEADER: &str = "x-bulkhead-class";
@@ -116,15 +115,29 @@ pub struct ProxyPlan {
     /// Service ports that reach this Bulkhead's workloads around the proxy
     /// (see `bypass.rs`), each described.
     pub bypassed: Vec<String>,
+    /// `pool_config::content_hash` of the planned pool config: what every
+    /// sidecar should report on /readyz.
+    pub config_hash: Option<String>,
+    /// Running pods spec.workload selects, and what enforces the pool in each.
+    pub pods: Vec<SelectedPod>,
+    /// Pods to stamp with `config_hash` (see `propagation.rs`).
+    pub stamps: Vec<ObjectKey>,
+}
+
+/// The pool config the sidecars mount: its ConfigMap's name and content hash.
+pub(super) struct MountedConfig<'a> {
+    pub name: &'a str,
+    pub hash: String,
 }
 
 /// `config`: the operator's sidecar image and security context.
 pub(super) fn plan_proxy(
     selection: &Selection<'_>,
     snapshot: &Snapshot,
-    config_map: Option<&str>,
+    mounted: Option<MountedConfig<'_>>,
     config: &PlanConfig,
 ) -> ProxyPlan {
+    let config_map = mounted.as_ref().map(|m| m.name);
     let name = selection.name();
     let workload = selection.bulkhead.spec.workload.as_ref();
     let proxy = workload.and_then(|w| w.proxy.as_ref());
@@ -192,6 +205,12 @@ pub(super) fn plan_proxy(
         .map(|(k, _)| k.clone())
         .collect();
     let bypassed = proxy.map(|p| bypasses(p, &carrying, snapshot)).unwrap_or_default();
+    let (pods, stamps) = match (workload.filter(|_| proxy.is_some()), &mounted) {
+        (Some(w), Some(m)) => {
+            (selected_pods(selection, snapshot, &w.namespace, m.name), stamps(snapshot, &w.namespace, m.name, &m.hash))
+        }
+        _ => (Vec::new(), Vec::new()),
+    };
     ProxyPlan {
         requested: proxy.is_some(),
         withheld: false,
@@ -200,6 +219,9 @@ pub(super) fn plan_proxy(
         withdrawals,
         yielded,
         bypassed,
+        config_hash: mounted.filter(|_| proxy.is_some()).map(|m| m.hash),
+        pods,
+        stamps,
     }
 }
 
@@ -242,7 +264,7 @@ fn container(proxy: &ProxySpec, image: &str, security_context: &Value) -> Value 
     }
     // Health on the pod IP for the kubelet's probes; metrics where the spec says.
     args.extend(["--admin".into(), format!("0.0.0.0:{admin}")]);
-    ports.push(json!({"name": "bulkhead-admin", "containerPort": admin, "protocol": "TCP"}));
+    ports.push(json!({"name": PROXY_ADMIN_PORT_NAME, "containerPort": admin, "protocol": "TCP"}));
     let metrics = proxy.metrics_address.as_deref().unwrap_or(DEFAULT_METRICS_ADDRESS);
     args.extend(["--metrics".into(), metrics.to_owned()]);
     if let Ok(addr) = metrics.parse::<std::net::SocketAddr>() {

@@ -10,6 +10,7 @@ mod injection;
 mod nodes;
 mod placement;
 mod priority;
+mod propagation;
 mod quantity;
 mod quotas;
 mod shard;
@@ -35,6 +36,7 @@ pub use placement::{
     YieldedWorkload,
 };
 pub use priority::{places_workloads, priority_class_name};
+pub use propagation::{Enforcer, SelectedPod};
 pub use quantity::nano_units;
 pub use quotas::{quota_name, QuotaCollision};
 pub use shard::ShardPlan;
@@ -76,6 +78,9 @@ pub struct Plan {
     pub priority_classes: Vec<PriorityClass>,
     /// Sidecar injection (spec.workload.proxy).
     pub proxy: ProxyPlan,
+    /// Whether the plan read pods beyond node ranking: the Fleet split and
+    /// the sidecars' pods do.
+    pub pods_read: bool,
 }
 
 /// What the planner needs from the operator's own configuration.
@@ -98,7 +103,7 @@ impl Default for PlanConfig {
 impl Plan {
     /// Whether the plan read any pod (see `NodeGroupPlan::read_pods`).
     pub fn read_pods(&self) -> bool {
-        self.node_groups.read_pods
+        self.node_groups.read_pods || self.pods_read
     }
 
     pub fn is_valid(&self) -> bool {
@@ -139,8 +144,14 @@ pub fn plan(selection: &Selection<'_>, snapshot: &Snapshot, config: &PlanConfig)
     if !errors.is_empty() {
         quotas.clear();
     }
-    let config_map_name = config_map.as_ref().and_then(|cm| cm.metadata.name.as_deref());
-    let proxy = injection::plan_proxy(selection, snapshot, config_map_name, config);
+    let mounted = config_map.as_ref().and_then(|cm| {
+        let name = cm.metadata.name.as_deref()?;
+        let document = cm.data.as_ref()?.get(crate::pool_config::POOL_CONFIG_KEY)?;
+        Some(injection::MountedConfig { name, hash: crate::pool_config::content_hash(document.as_bytes()) })
+    });
+    let proxy = injection::plan_proxy(selection, snapshot, mounted, config);
+    // The Fleet split counts pods, and so do the stamps and the enforcement check.
+    let pods_read = workload.is_some() && (capacity.scope == crate::crd::Scope::Fleet || proxy.requested);
     Plan {
         errors,
         capacity,
@@ -155,6 +166,7 @@ pub fn plan(selection: &Selection<'_>, snapshot: &Snapshot, config: &PlanConfig)
         shards,
         priority_classes,
         proxy,
+        pods_read,
     }
 }
 

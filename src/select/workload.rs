@@ -12,14 +12,24 @@ pub struct Replicas {
     pub current: u64,
     /// The most they can reach through autoscaling, when an autoscaler targets them.
     pub max: Option<u64>,
+    /// Pods spec.workload.selector selects that still exist (not finished;
+    /// terminating ones included, while they may still hold requests).
+    pub pods: u64,
 }
 
 impl Replicas {
-    /// Replicas a Fleet pool is split over: the most there can be, so that
-    /// scaling up never pushes the fleet past capacity before the config is
-    /// rewritten. Never 0 (an absent workload is planned as one replica).
+    /// Replicas a Fleet pool is split over: the replicas that exist, which is
+    /// the desired count or, while more pods than that still run (a scale
+    /// down, a rollout's surge), the pods. So a scale up lowers every
+    /// running pod's share before the new pod takes traffic, and a scale
+    /// down raises the shares only once the surplus pods are gone. The
+    /// operator stamps each running pod when it writes a new split (see
+    /// `snapshot::CONFIG_HASH_ANNOTATION`), so a new split reaches them in
+    /// about a second; splitting over an autoscaler's maximum instead left
+    /// most of the pool idle (docs/guides/enforcement.md). Never 0 (an
+    /// absent workload is planned as one replica).
     pub fn divisor(self) -> u64 {
-        self.current.max(self.max.unwrap_or(0)).max(1)
+        self.current.max(self.pods).max(1)
     }
 }
 
@@ -40,6 +50,8 @@ pub fn resolve_workload(selection: &Selection<'_>, snapshot: &Snapshot) -> Optio
     let mut current = 0u64;
     let mut at_most = 0u64;
     let mut autoscaled = false;
+    // Live pods, terminating ones included: they count in the split until gone.
+    let pods = snapshot.pods_in(&workload.namespace).filter(|(_, p)| !p.finished && matcher.matches(&p.labels)).count();
     for w in snapshot.workloads_in(&workload.namespace) {
         if !matcher.matches(&w.template_labels) {
             continue;
@@ -55,6 +67,10 @@ pub fn resolve_workload(selection: &Selection<'_>, snapshot: &Snapshot) -> Optio
     Some(WorkloadMatch {
         namespace: workload.namespace.clone(),
         workloads: names,
-        replicas: Replicas { current, max: autoscaled.then_some(at_most) },
+        replicas: Replicas {
+            current,
+            max: autoscaled.then_some(at_most),
+            pods: u64::try_from(pods).unwrap_or(u64::MAX),
+        },
     })
 }

@@ -25,12 +25,13 @@ pub use interned::{InternedLabels, Interner, LabelLookup};
 pub use journal::{Cursor, Delta, Journal};
 pub use seniority::Seniority;
 pub use topology::{
-    normalise_host, EndpointSliceInfo, EndpointsInfo, NodeInfo, PodInfo, PortRef, RuntimeClassInfo, ServiceInfo,
-    ServicePort, SERVICE_NAME_LABEL,
+    normalise_host, EndpointSliceInfo, EndpointsInfo, NodeInfo, PodInfo, PodSidecar, PortRef, RuntimeClassInfo,
+    ServiceInfo, ServicePort, SERVICE_NAME_LABEL,
 };
 pub use workloads::{
     Autoscaler, ContainerPort, Labels, NamespaceInfo, TemplatePlacement, Workload, WorkloadKind,
-    PLACEMENT_ANNOTATION_PREFIX, PROXY_ANNOTATION_PREFIX,
+    CONFIG_HASH_ANNOTATION, PLACEMENT_ANNOTATION_PREFIX, PROXY_ADMIN_PORT_NAME, PROXY_ANNOTATION_PREFIX,
+    PROXY_CONTAINER, PROXY_VOLUME,
 };
 
 /// Namespace and name of a namespaced object.

@@ -13,7 +13,9 @@ use k8s_openapi::{
     apimachinery::pkg::util::intstr::IntOrString,
 };
 
-use super::{InternedLabels, Interner, Labels};
+use super::{
+    InternedLabels, Interner, Labels, CONFIG_HASH_ANNOTATION, PROXY_ADMIN_PORT_NAME, PROXY_CONTAINER, PROXY_VOLUME,
+};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct NodeInfo {
@@ -56,6 +58,43 @@ pub struct PodInfo {
     pub ip: Option<Box<str>>,
     /// Succeeded or Failed: holds no resources any more.
     pub finished: bool,
+    /// Phase Running and not being deleted: its sidecar (if any) can be asked.
+    pub running: bool,
+    /// metadata.deletionTimestamp is set.
+    pub terminating: bool,
+    /// The bulkhead-proxy container, when the pod runs one.
+    pub sidecar: Option<PodSidecar>,
+    /// The pool-config hash last stamped on the pod (`CONFIG_HASH_ANNOTATION`).
+    pub config_hash: Option<Box<str>>,
+}
+
+/// What a pod's bulkhead-proxy container shows of itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodSidecar {
+    /// The ConfigMap its config volume mounts: names the Bulkhead whose pool it enforces.
+    pub config_map: Option<Arc<str>>,
+    /// Its admin port (/readyz), by the port's name.
+    pub admin_port: Option<u16>,
+}
+
+impl PodSidecar {
+    fn of(spec: &k8s_openapi::api::core::v1::PodSpec, interner: &mut Interner) -> Option<Self> {
+        let container = spec.containers.iter().find(|c| c.name == PROXY_CONTAINER)?;
+        let admin_port = container
+            .ports
+            .iter()
+            .flatten()
+            .find(|p| p.name.as_deref() == Some(PROXY_ADMIN_PORT_NAME))
+            .and_then(|p| u16::try_from(p.container_port).ok());
+        let config_map = spec
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == PROXY_VOLUME)
+            .and_then(|v| v.config_map.as_ref())
+            .map(|c| interner.intern(&c.name));
+        Some(Self { config_map, admin_port })
+    }
 }
 
 impl PodInfo {
@@ -69,6 +108,15 @@ impl PodInfo {
             runtime_class: spec.and_then(|s| s.runtime_class_name.as_deref()).map(|r| interner.intern(r)),
             ip: pod.status.as_ref().and_then(|s| s.pod_ip.as_deref()).map(Box::from),
             finished: matches!(phase, Some("Succeeded" | "Failed")),
+            running: phase == Some("Running") && pod.metadata.deletion_timestamp.is_none(),
+            terminating: pod.metadata.deletion_timestamp.is_some(),
+            sidecar: spec.and_then(|s| PodSidecar::of(s, interner)),
+            config_hash: pod
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(CONFIG_HASH_ANNOTATION))
+                .map(|h| Box::from(h.as_str())),
         }
     }
 }

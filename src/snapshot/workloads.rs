@@ -15,6 +15,17 @@ pub const PLACEMENT_ANNOTATION_PREFIX: &str = "placement.bulkhead.dev/";
 /// Annotation prefix marking a workload given a Bulkhead's sidecar:
 /// `proxy.bulkhead.dev/<bulkhead>: <fingerprint of what it applied>`.
 pub const PROXY_ANNOTATION_PREFIX: &str = "proxy.bulkhead.dev/";
+/// Name of the injected container and of its config volume; the snapshot
+/// reads them on pods, the planner writes them into templates.
+pub const PROXY_CONTAINER: &str = "bulkhead-proxy";
+pub const PROXY_VOLUME: &str = "bulkhead-pools";
+/// Name of the sidecar's admin port (/healthz, /readyz): the operator asks
+/// each pod's sidecar there which pool config it enforces.
+pub const PROXY_ADMIN_PORT_NAME: &str = "bulkhead-admin";
+/// Annotation the operator stamps on a running pod with the hash of the pool
+/// config it just wrote: any update of a pod makes its kubelet sync the
+/// pod's volumes at once, instead of on its next periodic sync (about a minute).
+pub const CONFIG_HASH_ANNOTATION: &str = "bulkhead.dev/config-hash";
 
 pub type Labels = BTreeMap<String, String>;
 

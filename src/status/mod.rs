@@ -3,6 +3,7 @@
 //! something changed.
 
 mod conditions;
+mod enforcement;
 mod injection;
 mod isolation;
 mod placement;
@@ -11,6 +12,7 @@ mod shard;
 mod sized;
 
 pub use conditions::{merge_conditions, ConditionStatus, DesiredCondition};
+pub use enforcement::{apply_enforcement, Answer, Observed};
 pub use isolation::isolated_condition;
 pub use reasons::{
     reason, CONDITION_TYPES, CONTROL_PLANE_LANE, ENFORCED, FUNDED, ISOLATED, NODE_GROUPS_READY, PLACED, PROXY_INJECTED,
@@ -137,6 +139,7 @@ pub fn build_status(
             })
             .collect(),
         layers,
+        enforcement: None,
     }
 }
 

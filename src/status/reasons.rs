@@ -99,8 +99,17 @@ pub mod reason {
     pub const NO_PROXY_IMAGE: &str = "NoProxyImage";
     /// A Service reaches the workload's pods on the app's own port, around the proxy.
     pub const BYPASSED: &str = "Bypassed";
-    /// The sidecars are not asked which pool config they enforce: not known.
+    /// Not known yet which pool config the sidecars enforce (none asked yet,
+    /// no running pod, or no config planned); never a guess.
     pub const NOT_OBSERVED: &str = "NotObserved";
+    /// Every running selected pod's sidecar enforces the planned pool config.
+    pub const CONVERGED: &str = "Converged";
+    /// Some sidecars still enforce another config past the grace period.
+    pub const CONVERGING: &str = "Converging";
+    /// A running selected pod has no bulkhead-proxy of this Bulkhead.
+    pub const SIDECAR_MISSING: &str = "SidecarMissing";
+    /// The operator cannot ask some sidecars (no route, refused, timed out).
+    pub const UNREACHABLE: &str = "Unreachable";
     /// Every tenant holds a shard no other tenant holds.
     pub const SHARDS_ASSIGNED: &str = "ShardsAssigned";
     /// Some tenants hold the very same shard; the message names them.

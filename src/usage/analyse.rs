@@ -23,7 +23,7 @@ pub fn capacity_plan(spec: &BulkheadSpec, divided_by: u64) -> CapacityPlan {
         Scope::Instance => 1,
         Scope::Fleet => divided_by.max(1),
     };
-    plan_capacity(spec, Some(Replicas { current: divisor, max: None })).0
+    plan_capacity(spec, Some(Replicas { current: divisor, ..Replicas::default() })).0
 }
 
 pub fn analyse(bulkhead: &Bulkhead, t: &Telemetry, th: &Thresholds) -> Advice {

@@ -108,6 +108,7 @@ fn the_chart_runs_the_operator_locked_down_with_least_privilege() {
             "configmaps",
             "deployments",
             "nodes",
+            "pods",
             "priorityclasses",
             "resourcequotas",
             "statefulsets"

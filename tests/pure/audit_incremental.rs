@@ -121,8 +121,17 @@ fn apply(s: &mut Snapshot, e: &Event) {
             let labels = [("app".to_string(), APPS[app].to_string())];
             let labels = s.interner.labels(labels.iter().map(|(k, v)| (k, v)));
             let node = node.map(|n| s.interner.intern(&format!("n-{n}")));
-            let pod =
-                PodInfo { labels, node, runtime_class: RUNTIME_CLASSES[rc].map(Arc::from), ip: None, finished: false };
+            let pod = PodInfo {
+                labels,
+                node,
+                runtime_class: RUNTIME_CLASSES[rc].map(Arc::from),
+                ip: None,
+                finished: false,
+                running: false,
+                terminating: false,
+                sidecar: None,
+                config_hash: None,
+            };
             s.set_pod(ObjectKey::new(NAMESPACES[ns], format!("pod-{id}")), Some(pod));
         }
         Event::Bind { id, node } => {

@@ -287,7 +287,7 @@ proptest! {
             .map(|(i, (r, c))| json!({"name": format!("c{i}"), "reserved": r, "ceiling": c}))
             .collect();
         let bulkhead: Bulkhead = serde_json::from_value(bulkhead).expect("decodes");
-        let replicas = Replicas { current, max };
+        let replicas = Replicas { current, max, pods: 0 };
         let (plan, errors) = plan_capacity(&bulkhead.spec, Some(replicas));
         if !plan.funding.is_funded() {
             return Ok(());

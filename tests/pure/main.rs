@@ -11,6 +11,7 @@ mod audit_incremental;
 mod chart_support;
 mod check_corpus;
 mod endpoint_slices;
+mod enforcement;
 mod fixtures;
 mod injection;
 mod placement;

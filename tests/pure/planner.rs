@@ -178,7 +178,7 @@ fn fleet(reserved: &[u32], shared: u32, capacity: u32) -> Bulkhead {
 fn a_fleet_pool_splits_over_replicas_and_never_exceeds_capacity() {
     let bh = fleet(&[30, 30, 30, 30], 80, 200);
     for replicas in 1..=40u64 {
-        let (plan, _) = plan_capacity(&bh.spec, Some(Replicas { current: replicas, max: None }));
+        let (plan, _) = plan_capacity(&bh.spec, Some(Replicas { current: replicas, ..Replicas::default() }));
         let per_replica: u64 = plan.classes.iter().map(|c| u64::from(c.reserved_per_replica)).sum::<u64>()
             + u64::from(plan.per_replica_shared);
         assert!(per_replica * replicas <= 200, "{replicas} replicas: fleet {per_replica} each");
@@ -188,24 +188,38 @@ fn a_fleet_pool_splits_over_replicas_and_never_exceeds_capacity() {
             assert!(c.ceiling_per_replica >= c.reserved_per_replica);
         }
     }
-    let (plan, _) = plan_capacity(&bh.spec, Some(Replicas { current: 3, max: None }));
+    let (plan, _) = plan_capacity(&bh.spec, Some(Replicas { current: 3, ..Replicas::default() }));
     assert_eq!((plan.classes[0].reserved_per_replica, plan.per_replica_shared), (10, 26));
     assert_eq!(plan.classes[0].ceiling_per_replica, 36);
 }
 
 #[test]
-fn a_fleet_pool_splits_over_the_autoscaler_maximum() {
+fn a_fleet_pool_splits_over_the_replicas_that_exist_not_the_autoscaler_maximum() {
     let bh = fleet(&[30, 30, 30, 30], 80, 200);
-    let (plan, _) = plan_capacity(&bh.spec, Some(Replicas { current: 2, max: Some(10) }));
-    assert_eq!(plan.divisor, 10);
-    assert_eq!(plan.classes[0].reserved_per_replica, 3);
+    let (plan, _) = plan_capacity(&bh.spec, Some(Replicas { current: 2, max: Some(10), pods: 2 }));
+    assert_eq!(plan.divisor, 2);
+    assert_eq!(plan.classes[0].reserved_per_replica, 15);
+    assert_eq!(plan.fleet_capacity, Some((4 * 15 + 40) * 2));
+    // At the maximum the pool is split again: 10 replicas of 3 each and 8 shared.
     assert_eq!(plan.fleet_capacity_at_max, Some((4 * 3 + 8) * 10));
+}
+
+#[test]
+fn a_scale_down_keeps_the_split_of_the_pods_that_still_run() {
+    let bh = fleet(&[30, 30, 30, 30], 80, 200);
+    // Scaled 3 -> 2 while the third pod terminates: each share stays a third
+    // until it is gone, so the fleet never holds more than the pool.
+    let (plan, _) = plan_capacity(&bh.spec, Some(Replicas { current: 2, max: None, pods: 3 }));
+    assert_eq!((plan.divisor, plan.classes[0].reserved_per_replica), (3, 10));
+    // Scaled 2 -> 3 before the new pod exists: the shares drop at once.
+    let (plan, _) = plan_capacity(&bh.spec, Some(Replicas { current: 3, max: None, pods: 2 }));
+    assert_eq!((plan.divisor, plan.classes[0].reserved_per_replica), (3, 10));
 }
 
 #[test]
 fn a_floor_that_rounds_to_zero_per_replica_is_reported() {
     let bh = fleet(&[30, 30, 30, 5], 80, 200);
-    let (plan, _) = plan_capacity(&bh.spec, Some(Replicas { current: 6, max: None }));
+    let (plan, _) = plan_capacity(&bh.spec, Some(Replicas { current: 6, ..Replicas::default() }));
     match plan.funding {
         Funding::FloorRoundsToZero { classes, message } => {
             assert_eq!(classes, vec!["c3".to_string()]);
@@ -218,7 +232,7 @@ fn a_floor_that_rounds_to_zero_per_replica_is_reported() {
 #[test]
 fn an_instance_pool_reports_the_fleet_total_because_limits_multiply() {
     let bh = classes(&[30, 30, 30, 30], Some(80), 200);
-    let (plan, _) = plan_capacity(&bh.spec, Some(Replicas { current: 3, max: Some(5) }));
+    let (plan, _) = plan_capacity(&bh.spec, Some(Replicas { current: 3, max: Some(5), pods: 3 }));
     assert_eq!(plan.divisor, 1);
     assert_eq!(plan.classes[0].reserved_per_replica, 30);
     assert_eq!(plan.fleet_capacity, Some(600));
@@ -240,8 +254,9 @@ fn replicas_come_from_matching_workloads_and_their_autoscalers() {
     let p = plan(&bh, &snap);
     let w = p.workload.expect("resolved");
     assert_eq!(w.workloads, vec!["Deployment shop/api", "Deployment shop/api-canary"]);
-    assert_eq!(w.replicas, Replicas { current: 3, max: Some(7) });
-    assert_eq!(p.capacity.divisor, 7);
+    assert_eq!(w.replicas, Replicas { current: 3, max: Some(7), pods: 0 });
+    // Split over the replicas that exist; the autoscaler's maximum is reported, not divided by.
+    assert_eq!(p.capacity.divisor, 3);
 }
 
 // --- validation -------------------------------------------------------------

@@ -128,7 +128,7 @@ fn a_fleet_pool_is_advised_in_spec_units_through_the_planners_division() {
     assert_eq!(floors, [12, 4, 4], "per replica 3, 1, 1 times 4");
     assert_eq!(advice.recommended_shared_surplus, 20);
     let patched = apply_advice(&b.spec, &advice);
-    let (plan, errors) = plan_capacity(&patched, Some(Replicas { current: 4, max: None }));
+    let (plan, errors) = plan_capacity(&patched, Some(Replicas { current: 4, ..Replicas::default() }));
     assert!(errors.is_empty() && plan.funding.is_funded(), "{errors:?} {:?}", plan.funding);
     assert_eq!(plan.classes[0].reserved_per_replica, 3);
 }
@@ -232,7 +232,7 @@ proptest! {
         let advice = analyse(&b, &t, &Thresholds::default());
         let d = if b.spec.pool.scope == Scope::Fleet { t.divided_by } else { 1 };
         let patched: BulkheadSpec = apply_advice(&b.spec, &advice);
-        let (plan, errors) = plan_capacity(&patched, Some(Replicas { current: d, max: None }));
+        let (plan, errors) = plan_capacity(&patched, Some(Replicas { current: d, ..Replicas::default() }));
         prop_assert!(errors.is_empty(), "{errors:?}");
         prop_assert!(matches!(plan.funding, Funding::Funded { .. }), "{:?}", plan.funding);
         let total: u64 = advice.classes.iter().map(|c| u64::from(c.recommended_reserved)).sum();

@@ -138,6 +138,9 @@ struct State {
     unclassified_rejected: u64,
     generation: u64,
     config: Arc<PoolConfig>,
+    /// `pool_config::content_hash` of the document `config` came from, when
+    /// it came from one (the sidecar's file; not an in-process config).
+    config_hash: Option<Arc<str>>,
     /// Whether every change must leave the invariants intact (tests only).
     #[cfg(test)]
     strict: bool,
@@ -194,6 +197,16 @@ pub const DURATION_BUCKETS: [f64; 14] =
 impl Pool {
     /// A pool enforcing `config` (validated here), generation 1.
     pub fn new(config: PoolConfig, unclassified: Unclassified) -> Result<Arc<Pool>, ApplyError> {
+        Self::new_hashed(config, unclassified, None)
+    }
+
+    /// [`Pool::new`] of a config read from a document whose
+    /// `pool_config::content_hash` is `hash`.
+    pub fn new_hashed(
+        config: PoolConfig,
+        unclassified: Unclassified,
+        hash: Option<&str>,
+    ) -> Result<Arc<Pool>, ApplyError> {
         let pool = Pool {
             state: Mutex::new(State {
                 classes: Vec::new(),
@@ -205,13 +218,14 @@ impl Pool {
                 unclassified_rejected: 0,
                 generation: 0,
                 config: Arc::new(config.clone()),
+                config_hash: None,
                 #[cfg(test)]
                 strict: true,
             }),
             unclassified,
             buckets: DURATION_BUCKETS.to_vec(),
         };
-        pool.apply(config)?;
+        pool.apply_hashed(config, hash)?;
         Ok(Arc::new(pool))
     }
 
@@ -223,6 +237,13 @@ impl Pool {
     /// Swap in a new config atomically and return its generation. In-flight
     /// counts carry over by class name; lower limits bind new admissions only.
     pub fn apply(&self, config: PoolConfig) -> Result<u64, ApplyError> {
+        self.apply_hashed(config, None)
+    }
+
+    /// [`Pool::apply`] of a config read from a document whose
+    /// `pool_config::content_hash` is `hash`: the hash changes with the
+    /// config, under one lock, so no reader sees one without the other.
+    pub fn apply_hashed(&self, config: PoolConfig, hash: Option<&str>) -> Result<u64, ApplyError> {
         config.validate()?;
         let mut headers = Vec::with_capacity(config.classes.len());
         for (index, class) in config.classes.iter().enumerate() {
@@ -283,6 +304,7 @@ impl Pool {
         s.surplus = config.shared_surplus;
         s.generation += 1;
         s.config = Arc::new(config);
+        s.config_hash = hash.map(Arc::from);
         #[cfg(test)]
         {
             s.strict = s.violation().is_none();
@@ -347,6 +369,12 @@ impl Pool {
         self.lock().generation
     }
 
+    /// The generation in force and the hash of the document it came from.
+    pub fn in_force(&self) -> (u64, Option<Arc<str>>) {
+        let s = self.lock();
+        (s.generation, s.config_hash.clone())
+    }
+
     /// The config in force.
     pub fn config(&self) -> Arc<PoolConfig> {
         Arc::clone(&self.lock().config)
@@ -378,6 +406,7 @@ impl Pool {
             bulkhead: s.config.bulkhead.clone(),
             divided_by: s.config.divided_by,
             generation: s.generation,
+            config_hash: s.config_hash.clone(),
             capacity: s.capacity,
             surplus: s.surplus,
             surplus_in_use: s.surplus_in_use,
@@ -455,6 +484,8 @@ pub struct PoolSnapshot {
     pub divided_by: u64,
     /// Configs applied since the pool was made (1 = the first).
     pub generation: u64,
+    /// Hash of the document the config in force came from, if any.
+    pub config_hash: Option<Arc<str>>,
     /// Units this replica may hand out in all.
     pub capacity: u32,
     /// Units any class may borrow beyond its floor.

@@ -184,6 +184,18 @@ impl Collector for PoolCollector {
             gauge,
         )?;
         ConstGauge::new(i64::try_from(s.generation).unwrap_or(i64::MAX)).encode(m.encode_family(&bulkhead)?)?;
+        // An info metric: the operator and a person can tell which planned
+        // config this replica enforces (the ConfigMap's hash in status.enforcement).
+        if let Some(hash) = &s.config_hash {
+            let mut m = encoder.encode_descriptor(
+                "config_info",
+                "The pool-config document in force, by its content hash (always 1)",
+                None,
+                gauge,
+            )?;
+            let labels = [("bulkhead", s.bulkhead.as_str()), ("hash", &**hash)];
+            ConstGauge::new(1i64).encode(m.encode_family(&labels)?)?;
+        }
 
         let mut m = encoder.encode_descriptor(
             "request_duration",
@@ -230,6 +242,17 @@ mod tests {
         ] {
             assert!(text.contains(line), "{line} missing from\n{text}");
         }
+    }
+
+    #[test]
+    fn the_config_in_force_is_named_by_its_hash_only_when_it_came_from_a_document() {
+        let pool = Pool::new(example(), Unclassified::Reject).expect("valid");
+        let m = ProxyMetrics::new(Arc::clone(&pool));
+        assert!(!m.encode().contains("config_info"), "an in-process config has no document hash");
+        pool.apply_hashed(example(), Some("00000000000000ab")).expect("valid");
+        let line = r#"bulkhead_proxy_config_info{bulkhead="example",hash="00000000000000ab"} 1"#;
+        assert!(m.encode().contains(line), "{line} missing from\n{}", m.encode());
+        assert_eq!(pool.in_force(), (2, Some(Arc::from("00000000000000ab"))));
     }
 
     #[test]

@@ -26,6 +26,18 @@ pub const POOL_CONFIG_KEY: &str = "pools.json";
 /// Schema version of the JSON document; bump on incompatible change.
 pub const POOL_CONFIG_VERSION: u32 = 1;
 
+/// The hash that names one pool-config document: FNV-1a (64 bits) of its
+/// bytes, as 16 lowercase hex digits. The operator computes it over the
+/// ConfigMap value it writes and the sidecar over the file it applied, so
+/// the two agree exactly when the sidecar enforces what was planned. Not a
+/// security hash: it only tells versions of one document apart.
+pub fn content_hash(bytes: &[u8]) -> String {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let hash = bytes.iter().fold(OFFSET, |h, b| (h ^ u64::from(*b)).wrapping_mul(PRIME));
+    format!("{hash:016x}")
+}
+
 /// The JSON document (documented in docs/reference/pools-json.md).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -219,6 +231,14 @@ mod tests {
     use super::*;
     // The README's example pool: 40 + 30 + 10 + 5 reserved, 115 shared, 200 in all.
     use crate::admission::tests::example;
+
+    #[test]
+    fn the_content_hash_is_fnv1a_64_in_hex() {
+        // FNV-1a's published test vectors: "" and "a".
+        assert_eq!(content_hash(b""), "cbf29ce484222325");
+        assert_eq!(content_hash(b"a"), "af63dc4c8601ec8c");
+        assert_ne!(content_hash(b"{\"capacity\":1}"), content_hash(b"{\"capacity\":2}"));
+    }
 
     #[test]
     fn only_reject_is_read_at_the_ceiling() {

@@ -93,14 +93,16 @@ pub(super) async fn serve(
     }
 }
 
-/// Ready while serving; the body names the config generation in force, so a
-/// test (or a person) can tell when a reload has been applied.
+/// Ready while serving; the body names the config generation in force and
+/// the hash of its document (`config=`, `pool_config::content_hash`), so the
+/// operator (or a person) can tell which planned config this replica enforces.
 async fn readyz(State(admin): State<Arc<Admin>>) -> (StatusCode, String) {
-    let generation = admin.pool.generation();
+    let (generation, hash) = admin.pool.in_force();
+    let hash = hash.as_deref().unwrap_or("none");
     if admin.draining.load(Ordering::Relaxed) {
-        (StatusCode::SERVICE_UNAVAILABLE, format!("draining generation={generation}\n"))
+        (StatusCode::SERVICE_UNAVAILABLE, format!("draining generation={generation} config={hash}\n"))
     } else {
-        (StatusCode::OK, format!("ok generation={generation}\n"))
+        (StatusCode::OK, format!("ok generation={generation} config={hash}\n"))
     }
 }
 

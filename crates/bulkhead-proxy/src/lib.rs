@@ -118,10 +118,12 @@ const ADMIN_HEAD_TIMEOUT: Duration = Duration::from_secs(5);
 /// Run the proxy until SIGTERM (or SIGINT), then drain and return.
 pub async fn run(args: ProxyArgs) -> Result<(), ProxyError> {
     let plans = plan(&args)?;
-    let config = reload::load(&args.config_dir)?;
+    let loaded = reload::load(&args.config_dir)?;
     let path = reload::config_path(&args.config_dir);
-    let pool = Pool::new(config, args.unclassified.clone())
-        .map_err(|source| reload::LoadError::Invalid { path: path.clone(), source })?;
+    let invalid = |source| reload::LoadError::Invalid { path: path.clone(), source };
+    // Named by the document's hash from the start: the operator asks for it.
+    let hash = loaded.hash();
+    let pool = Pool::new_hashed(loaded.config, args.unclassified.clone(), Some(&hash)).map_err(invalid)?;
     let mut metrics = ProxyMetrics::new(Arc::clone(&pool));
     let max_connections = fds::connection_budget(args.max_connections, args.admin_connections);
     let connections = connections::Connections::new(max_connections, pool.config().bulkhead.to_string());
@@ -186,6 +188,7 @@ pub async fn run(args: ProxyArgs) -> Result<(), ProxyError> {
     drop(drain);
     tokio::spawn(reload::follow(
         args.config_dir.clone(),
+        loaded.bytes,
         Arc::clone(&pool),
         Arc::clone(&metrics),
         args.reload_interval,

@@ -14,7 +14,7 @@ use std::{
     time::Duration,
 };
 
-use bulkhead_admission::pool_config::{PoolConfig, POOL_CONFIG_KEY};
+use bulkhead_admission::pool_config::{content_hash, PoolConfig, POOL_CONFIG_KEY};
 
 use super::{
     admission::{ApplyError, Pool},
@@ -78,13 +78,26 @@ async fn read_off_runtime(path: &Path) -> std::io::Result<Vec<u8>> {
     tokio::task::spawn_blocking(move || read_document(&path)).await.map_err(std::io::Error::other)?
 }
 
+/// A document read and decoded, with the bytes it came from.
+pub struct Loaded {
+    pub config: PoolConfig,
+    pub bytes: Vec<u8>,
+}
+
+impl Loaded {
+    /// The hash the operator names this document by (`pool_config::content_hash`).
+    pub fn hash(&self) -> String {
+        content_hash(&self.bytes)
+    }
+}
+
 /// Read, decode and validate the document in `dir`.
-pub fn load(dir: &Path) -> Result<PoolConfig, LoadError> {
+pub fn load(dir: &Path) -> Result<Loaded, LoadError> {
     let path = config_path(dir);
     let bytes = read_document(&path).map_err(|source| LoadError::Read { path: path.clone(), source })?;
     let config = parse(&path, &bytes)?;
     config.validate().map_err(|e| LoadError::Invalid { path, source: e.into() })?;
-    Ok(config)
+    Ok(Loaded { config, bytes })
 }
 
 /// What the last poll found, so each change is acted on (and counted) once.
@@ -95,21 +108,20 @@ enum Seen {
 }
 
 /// Follow `dir` until `stop` fires, applying each changed document that is
-/// valid and keeping the last good config on any other.
+/// valid and keeping the last good config on any other. `applied` is the
+/// document applied at start: a change from it is a reload (reading it
+/// again here could miss a change made between the two reads).
 pub async fn follow(
     dir: PathBuf,
+    applied: Vec<u8>,
     pool: Arc<Pool>,
     metrics: Arc<ProxyMetrics>,
     interval: Duration,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let path = config_path(&dir);
-    // The document applied at start; a change from it is a reload. Reads go
-    // to the blocking pool: a FIFO or a huge file must not stall a runtime thread.
-    let mut seen = match read_off_runtime(&path).await {
-        Ok(bytes) => Seen::Bytes(bytes),
-        Err(_) => Seen::Unreadable,
-    };
+    // Reads go to the blocking pool: a FIFO or a huge file must not stall a runtime thread.
+    let mut seen = Seen::Bytes(applied);
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -138,17 +150,19 @@ pub async fn follow(
 }
 
 fn apply(path: &Path, bytes: &[u8], pool: &Pool, metrics: &ProxyMetrics) {
-    let result = parse(path, bytes)
-        .and_then(|config| pool.apply(config).map_err(|source| LoadError::Invalid { path: path.to_owned(), source }));
+    let hash = content_hash(bytes);
+    let result = parse(path, bytes).and_then(|config| {
+        pool.apply_hashed(config, Some(&hash)).map_err(|source| LoadError::Invalid { path: path.to_owned(), source })
+    });
     match result {
         Ok(generation) => {
             metrics.reload("applied");
             metrics.applied_now();
-            tracing::info!(generation, "pool config applied");
+            tracing::info!(generation, %hash, "pool config applied");
         }
         Err(e) => {
             metrics.reload("invalid");
-            tracing::warn!(error = %e, "pool config rejected; keeping the last good one");
+            tracing::warn!(error = %e, %hash, "pool config rejected; keeping the last good one");
         }
     }
 }
