@@ -97,6 +97,28 @@ async fn run_with(
     metrics: Arc<Metrics>,
     kept: &Kept,
 ) -> (Result<Action, Error>, Vec<Seen>) {
+    run_in(obj, snapshot, answer, metrics, kept, Config::default()).await
+}
+
+/// `run_with` an operator configured with `config`, counting into `kept.metrics`.
+async fn run_configured(
+    obj: DeserializeGuard<Bulkhead>,
+    snapshot: Snapshot,
+    answer: impl Fn(&Seen) -> (u16, Value),
+    kept: &Kept,
+    config: Config,
+) -> (Result<Action, Error>, Vec<Seen>) {
+    run_in(obj, snapshot, answer, kept.metrics.clone(), kept, config).await
+}
+
+async fn run_in(
+    obj: DeserializeGuard<Bulkhead>,
+    snapshot: Snapshot,
+    answer: impl Fn(&Seen) -> (u16, Value),
+    metrics: Arc<Metrics>,
+    kept: &Kept,
+    config: Config,
+) -> (Result<Action, Error>, Vec<Seen>) {
     // A status write answers with the whole object, as the API server does.
     let object = obj.0.as_ref().ok().map(|b| serde_json::to_value(b).expect("a Bulkhead serialises"));
     let (service, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
@@ -114,7 +136,7 @@ async fn run_with(
         events: EventRecorder::new(client, Reporter { controller: "bulkhead".into(), instance: None }),
         metrics,
         snapshot: shared,
-        config: Config::default(),
+        config,
         memory: Memory {
             backoff: Backoff::default(),
             refusals: RefusalMemory::default(),
@@ -664,4 +686,103 @@ async fn a_copy_older_than_the_metadata_watch_is_read_afresh() {
     let pools: Value =
         serde_json::from_str(config.body["data"]["pools.json"].as_str().expect("pools.json")).expect("JSON");
     assert_eq!(pools["capacity"], 120, "the fresh spec is planned, not the stale one");
+}
+
+/// An operator with a sidecar image.
+fn with_image() -> Config {
+    let mut config = Config::default();
+    config.plan.proxy_image = Some("bulkhead:test".into());
+    config
+}
+
+/// `pooled` with the sidecar, and `shop` with two of its pods running it,
+/// neither stamped yet.
+fn proxied() -> (Bulkhead, Snapshot) {
+    let mut bh = pooled();
+    bh.spec.workload.as_mut().expect("workload").proxy =
+        Some(serde_json::from_value(json!({"mode": "Ingress", "port": 8081, "upstreamPort": 8080})).expect("proxy"));
+    let mut snapshot = shop();
+    for (name, ip) in [("api-a", "10.0.0.1"), ("api-b", "10.0.0.2")] {
+        snapshot.apply(
+            &serde_json::from_value::<k8s_openapi::api::core::v1::Pod>(json!({
+                "metadata": {"name": name, "namespace": "shop", "labels": {"app": "api"}},
+                "spec": {"nodeName": "n1", "containers": [{"name": "app"}, {"name": "bulkhead-proxy",
+                          "ports": [{"name": "bulkhead-admin", "containerPort": 9901}]}],
+                         "volumes": [{"name": "bulkhead-pools", "configMap": {"name": "bulkhead-pools"}}]},
+                "status": {"phase": "Running", "podIP": ip},
+            }))
+            .expect("pod"),
+        );
+    }
+    (bh, snapshot)
+}
+
+#[tokio::test]
+async fn a_written_config_is_stamped_on_the_running_pods_after_it_and_a_pod_gone_is_no_error() {
+    let (bh, snapshot) = proxied();
+    let config = with_image();
+    let hash = evaluate(&bh, &snapshot, &config).plan.proxy.config_hash.expect("a config is planned");
+    let kept = Kept {
+        usage: Arc::new(Usage::new(UsageOptions::disabled(), Arc::default())),
+        enforcement: Arc::new(Enforcement::new(EnforcementOptions::default(), Arc::default())),
+        audits: Arc::default(),
+        metrics: Arc::default(),
+        generations: Vec::new(),
+    };
+    let (result, seen) = run_configured(
+        DeserializeGuard(Ok(bh)),
+        snapshot,
+        |s| match s.method.as_str() {
+            "GET" => not_found(),
+            // One pod went away since it was observed: nothing to stamp.
+            "PATCH" if s.path.contains("/pods/api-b") => not_found(),
+            _ => echo(s),
+        },
+        &kept,
+        config,
+    )
+    .await;
+    result.expect("a pod gone is no error");
+    let lines: Vec<String> = seen.iter().map(Seen::line).collect();
+    let config_at = lines.iter().position(|l| l.contains("/configmaps/bulkhead-pools") && l.starts_with("PATCH"));
+    let mut stamps: Vec<(usize, &Seen)> = seen.iter().enumerate().filter(|(_, s)| s.path.contains("/pods/")).collect();
+    stamps.sort_by(|a, b| a.1.path.cmp(&b.1.path));
+    let names: Vec<String> = stamps.iter().map(|(_, s)| s.line()).collect();
+    assert_eq!(names, ["PATCH /api/v1/namespaces/shop/pods/api-a", "PATCH /api/v1/namespaces/shop/pods/api-b"]);
+    assert!(stamps.iter().all(|(i, _)| Some(*i) > config_at), "the config first: {lines:?}");
+    for (_, stamp) in &stamps {
+        assert_eq!(stamp.body, json!({"metadata": {"annotations": {"bulkhead.dev/config-hash": hash}}}));
+        assert!(stamp.path.contains("fieldManager=bulkhead"), "{}", stamp.path);
+    }
+}
+
+#[tokio::test]
+async fn a_refused_stamp_fails_the_reconcile_naming_the_pod() {
+    let (bh, snapshot) = proxied();
+    let config = with_image();
+    let kept = Kept {
+        usage: Arc::new(Usage::new(UsageOptions::disabled(), Arc::default())),
+        enforcement: Arc::new(Enforcement::new(EnforcementOptions::default(), Arc::default())),
+        audits: Arc::default(),
+        metrics: Arc::default(),
+        generations: Vec::new(),
+    };
+    let (result, seen) = run_configured(
+        DeserializeGuard(Ok(bh)),
+        snapshot,
+        |s| match s.method.as_str() {
+            "GET" => not_found(),
+            "PATCH" if s.path.contains("/pods/") => status(403, "Forbidden", "pods is forbidden"),
+            _ => echo(s),
+        },
+        &kept,
+        config,
+    )
+    .await;
+    let error = crate::error_chain::Chain(&result.expect_err("without the stamp the pods wait a minute")).to_string();
+    assert!(error.starts_with("stamp Pod shop/api-"), "{error}");
+    // The failure is reported on the Bulkhead, as every apply failure is.
+    let status = seen.iter().rev().find(|s| s.path.contains("/status")).expect("a status write");
+    let ready = status.body["status"]["conditions"].as_array().expect("conditions").iter().find(|c| c["type"] == "Ready");
+    assert_eq!(ready.map(|c| c["reason"].clone()), Some(json!("ApplyFailed")));
 }
