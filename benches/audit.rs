@@ -140,7 +140,6 @@ fn pod(s: &mut Snapshot, p: usize, node: Option<usize>) -> (ObjectKey, PodInfo) 
             running: true,
             terminating: false,
             sidecar: None,
-            config_hash: None,
         },
     )
 }

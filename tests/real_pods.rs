@@ -356,29 +356,11 @@ async fn the_injected_proxy_enforces_the_pool_in_real_pods() {
         cmdline
     );
 
-    // b. Scale the Fleet: time from the operator's ConfigMap write to the new
-    // ceiling in force in the pods that were already running, first as the
-    // kubelet does it by default, then with every pod touched right after the
-    // write (an annotation change makes the kubelet sync the pod, and its
-    // ConfigMap volume, at once).
-    let two = ceiling(&config, "slow");
-    cp.kubectl(&["-n", &ns.name, "scale", "deployment/app", "--replicas=3"]);
-    let (three, by_default) = config_to_enforcement(&client, &ns.name, &bh, 3, &ips, None).await;
-    assert!(three < two, "three replicas share the fleet: {three} < {two}");
-    println!(
-        "ConfigMap written -> slow's ceiling {two} -> {three} enforced in both running pods: {:.1} s (kubelet defaults: syncFrequency 1m, configMapAndSecretChangeDetectionStrategy Watch)",
-        by_default.as_secs_f64()
-    );
-    let running = wait_ready(&client, &ns.name, "app=app", 3, ROLLOUT).await;
-    register_sidecars(cp, &ns.name, &running);
-    let ips: Vec<IpAddr> = running.iter().map(pod_ip).collect();
-    cp.kubectl(&["-n", &ns.name, "scale", "deployment/app", "--replicas=2"]);
-    let (back, touched) = config_to_enforcement(&client, &ns.name, &bh, 2, &ips, Some(cp)).await;
-    assert_eq!(back, two, "two replicas again: the first ceiling");
-    println!(
-        "ConfigMap written -> slow's ceiling {three} -> {back} enforced, pods annotated right after the write: {:.1} s",
-        touched.as_secs_f64()
-    );
+    // b. Enforcement you can see: Enforced once every pod reports the planned
+    // config; scaling and a spec change reach the running pods within seconds
+    // and never over-commit the pool; a bypass, a pod without the sidecar and
+    // a sidecar that cannot take a new config each turn Enforced.
+    enforcement_you_can_see(cp, &client, &ns.name, &bh, &images).await;
 
     // c. The seed's verification: saturate `slow` and watch the others.
     let running = wait_ready(&client, &ns.name, "app=app", 2, ROLLOUT).await;
@@ -394,47 +376,6 @@ async fn the_injected_proxy_enforces_the_pool_in_real_pods() {
         (containers.len() == 1 && containers[0].name == "app").then_some(())
     })
     .await;
-}
-
-/// Waits until the operator rewrites the pool config for `replicas`, then
-/// until every pod at `ips` that still runs enforces `slow`'s new ceiling:
-/// (the new ceiling, time from the write being seen to enforcement). With
-/// `touch`, every app pod gets a fresh annotation right after the write.
-async fn config_to_enforcement(
-    client: &Client,
-    ns: &str,
-    bh: &str,
-    replicas: u64,
-    ips: &[IpAddr],
-    touch: Option<&ControlPlane>,
-) -> (u32, Duration) {
-    let changed = wait_for("the operator rewrites the pool config", Duration::from_secs(60), || async {
-        pool_config(client, ns, bh).await.filter(|c| c.divided_by == replicas)
-    })
-    .await;
-    let written = Instant::now();
-    if let Some(cp) = touch {
-        let stamp = format!("test.bulkhead.dev/touched={}", unique_suffix());
-        cp.kubectl(&["-n", ns, "annotate", "pods", "-l", "app=app", &stamp, "--overwrite"]);
-    }
-    let want = ceiling(&changed, "slow");
-    let live: Vec<IpAddr> = {
-        let current: BTreeSet<IpAddr> = pods(client, ns, "app=app")
-            .await
-            .iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .filter_map(|p| p.status.as_ref()?.pod_ip.as_deref()?.parse().ok())
-            .collect();
-        ips.iter().copied().filter(|ip| current.contains(ip)).collect()
-    };
-    assert!(live.len() >= 2, "at least two of the earlier pods still run: {live:?}");
-    wait_for(&format!("pods {live:?} enforce slow's ceiling {want}"), Duration::from_secs(180), || async {
-        live.iter()
-            .all(|ip| metrics(*ip).and_then(|m| class_gauge(&m, "class_ceiling", "slow")) == Some(f64::from(want)))
-            .then_some(())
-    })
-    .await;
-    (want, written.elapsed())
 }
 
 /// Steady load on `path` over every pod, `threads` at a time, for `length`:
@@ -557,6 +498,344 @@ fn flood(ips: &[IpAddr], config: &PoolConfig) {
         let rejected = sample(&m, "bulkhead_proxy_rejected_total{class=\"slow\",reason=\"ceiling\"}");
         println!("pod {ip}: slow rejected at its ceiling {rejected:?}");
     }
+}
+
+// --- b. enforcement you can see ---------------------------------------------
+
+/// The sidecar's admin port (/readyz names the config in force).
+const ADMIN_PORT: u16 = 9901;
+/// The issue's bound from a change to the running pods enforcing it (goal 2 s).
+const PROPAGATION: Duration = Duration::from_secs(5);
+
+/// The content hash of the pool config the sidecar at `ip` enforces, from its /readyz.
+async fn enforced_hash(ip: IpAddr) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let ask = async {
+        let mut stream = tokio::net::TcpStream::connect(SocketAddr::new(ip, ADMIN_PORT)).await.ok()?;
+        stream.write_all(b"GET /readyz HTTP/1.0\r\n\r\n").await.ok()?;
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).await.ok()?;
+        let text = String::from_utf8(answer).ok()?;
+        text.split_whitespace().find_map(|w| w.strip_prefix("config=")).map(str::to_string)
+    };
+    tokio::time::timeout(Duration::from_secs(1), ask).await.ok().flatten()
+}
+
+/// The pool config written now: (content hash, slow's ceiling per replica, dividedBy).
+async fn written(client: &Client, ns: &str, bh: &str) -> Option<(String, u32, u64)> {
+    let cm = Api::<ConfigMap>::namespaced(client.clone(), ns).get(&format!("bulkhead-{bh}")).await.ok()?;
+    let document = cm.data?.get("pools.json")?.clone();
+    let config: PoolConfig = serde_json::from_str(&document).ok()?;
+    Some((bulkhead::pool_config::content_hash(document.as_bytes()), ceiling(&config, "slow"), config.divided_by))
+}
+
+fn live_ips(all: &[Pod]) -> Vec<IpAddr> {
+    all.iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| p.status.as_ref()?.pod_ip.as_deref()?.parse().ok())
+        .collect()
+}
+
+async fn enforcement(client: &Client, bh: &str) -> Option<bulkhead::crd::EnforcementStatus> {
+    Api::<bulkhead::crd::Bulkhead>::all(client.clone()).get(bh).await.ok()?.status?.enforcement
+}
+
+/// What the 100 ms samples of slow's ceilings over the Ready pods found.
+#[derive(Debug, Default)]
+struct Samples {
+    count: usize,
+    max_sum: u32,
+    /// Samples whose sum passed the fleet ceiling: (time since the start, sum).
+    over: Vec<(Duration, u32)>,
+    /// Ready pods whose config could not be read in a sample.
+    unread: usize,
+}
+
+/// Every 100 ms until `stop`: the sum of slow's per-replica ceiling over the
+/// Ready pods, each read from the config hash its sidecar reports (the
+/// ConfigMap's versions give each hash's ceiling). `targets` gets the Ready
+/// pods' IPs for the load.
+async fn sample_ceilings(
+    client: Client,
+    ns: String,
+    bh: String,
+    fleet_ceiling: u32,
+    targets: std::sync::Arc<std::sync::Mutex<Vec<IpAddr>>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Samples {
+    let mut ceilings = std::collections::HashMap::new();
+    let mut samples = Samples::default();
+    let started = Instant::now();
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let tick = Instant::now();
+        if let Some((hash, slow, _)) = written(&client, &ns, &bh).await {
+            ceilings.insert(hash, slow);
+        }
+        let ready: Vec<IpAddr> = pods(&client, &ns, "app=app").await.iter().filter(|p| ready(p)).map(pod_ip).collect();
+        *targets.lock().unwrap_or_else(|p| p.into_inner()) = ready.clone();
+        let hashes = futures::future::join_all(ready.iter().map(|ip| enforced_hash(*ip))).await;
+        let mut sum = 0;
+        for hash in hashes {
+            match hash.and_then(|h| ceilings.get(&h).copied()) {
+                Some(c) => sum += c,
+                None => samples.unread += 1,
+            }
+        }
+        samples.count += 1;
+        samples.max_sum = samples.max_sum.max(sum);
+        if sum > fleet_ceiling {
+            samples.over.push((started.elapsed(), sum));
+        }
+        tokio::time::sleep_until((tick + Duration::from_millis(100)).into()).await;
+    }
+    samples
+}
+
+/// Keep `slow` at its ceiling: `threads` requests that hang 2 s each, over the targets.
+fn saturate(
+    targets: std::sync::Arc<std::sync::Mutex<Vec<IpAddr>>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    threads: usize,
+) -> Vec<thread::JoinHandle<(u32, u32)>> {
+    (0..threads)
+        .map(|t| {
+            let (targets, stop) = (targets.clone(), stop.clone());
+            thread::spawn(move || {
+                let (mut admitted, mut rejected) = (0, 0);
+                let mut i = t;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let ip = {
+                        let ips = targets.lock().unwrap_or_else(|p| p.into_inner());
+                        (!ips.is_empty()).then(|| ips[i % ips.len()])
+                    };
+                    i += 1;
+                    let Some(ip) = ip else {
+                        thread::sleep(Duration::from_millis(50));
+                        continue;
+                    };
+                    match http_get(SocketAddr::new(ip, PROXY_PORT), "/sleep/2", Duration::from_secs(10)).0 {
+                        200 => admitted += 1,
+                        503 => {
+                            rejected += 1;
+                            thread::sleep(Duration::from_millis(20));
+                        }
+                        _ => thread::sleep(Duration::from_millis(20)),
+                    }
+                }
+                (admitted, rejected)
+            })
+        })
+        .collect()
+}
+
+/// Wait until every pod at `ips` that still runs reports `hash` on /readyz.
+async fn all_enforce(client: &Client, ns: &str, ips: &[IpAddr], hash: &str, within: Duration) {
+    wait_for(&format!("the running pods {ips:?} enforce {hash}"), within, || async {
+        let live = live_ips(&pods(client, ns, "app=app").await);
+        let asked: Vec<IpAddr> = ips.iter().copied().filter(|ip| live.contains(ip)).collect();
+        let answers = futures::future::join_all(asked.iter().map(|ip| enforced_hash(*ip))).await;
+        (!asked.is_empty() && answers.iter().all(|a| a.as_deref() == Some(hash))).then_some(())
+    })
+    .await;
+}
+
+/// Scale `app` to `to`: (from the scale to every earlier pod still running
+/// on the new config, from the config's write being seen to that, slow's new ceiling).
+async fn scale(cp: &ControlPlane, client: &Client, ns: &str, bh: &str, to: u64) -> (Duration, Duration, u32) {
+    let before = written(client, ns, bh).await.expect("a pool config").0;
+    let earlier = live_ips(&pods(client, ns, "app=app").await);
+    let scaled = Instant::now();
+    cp.kubectl(&["-n", ns, "scale", "deployment/app", &format!("--replicas={to}")]);
+    let (hash, slow, _) = wait_for(&format!("the config for {to} replicas"), ROLLOUT, || async {
+        written(client, ns, bh).await.filter(|w| w.2 == to && w.0 != before)
+    })
+    .await;
+    let seen = Instant::now();
+    all_enforce(client, ns, &earlier, &hash, ROLLOUT).await;
+    (scaled.elapsed(), seen.elapsed(), slow)
+}
+
+/// Change slow's reservation: (from the patch to every running pod on the new config, slow's new ceiling).
+async fn change_reserved(cp: &ControlPlane, client: &Client, ns: &str, bh: &str, reserved: u32) -> (Duration, u32) {
+    let before = written(client, ns, bh).await.expect("a pool config").0;
+    let running = live_ips(&pods(client, ns, "app=app").await);
+    let patched = Instant::now();
+    let patch = format!(r#"[{{"op": "replace", "path": "/spec/classes/0/reserved", "value": {reserved}}}]"#);
+    cp.kubectl(&["patch", "bulkhead", bh, "--type", "json", "-p", &patch]);
+    let (hash, slow, _) = wait_for("the changed config", Duration::from_secs(60), || async {
+        written(client, ns, bh).await.filter(|w| w.0 != before)
+    })
+    .await;
+    all_enforce(client, ns, &running, &hash, Duration::from_secs(60)).await;
+    (patched.elapsed(), slow)
+}
+
+async fn wait_enforced(client: &Client, bh: &str, status: &str, reason: &str, within: Duration) -> String {
+    let what = format!("Enforced={status} {reason}");
+    wait_for(&what, within, || async {
+        condition(client, bh, "Enforced").await.filter(|c| c.0 == status && c.1 == reason).map(|c| c.2)
+    })
+    .await
+}
+
+async fn enforcement_you_can_see(cp: &ControlPlane, client: &Client, ns: &str, bh: &str, images: &Images) {
+    let started = Instant::now();
+    let message = wait_enforced(client, bh, "True", "Converged", Duration::from_secs(60)).await;
+    let (hash, _, _) = written(client, ns, bh).await.expect("a pool config");
+    assert!(message.contains(&hash), "{message}");
+    let summary = enforcement(client, bh).await.expect("status.enforcement");
+    assert_eq!((summary.pods, summary.converged, summary.config_hash.as_str()), (2, 2, hash.as_str()));
+    println!("Enforced=True Converged {:.1} s after the pods were Ready: {message}", started.elapsed().as_secs_f64());
+
+    // Scale 2 -> 3 -> 2, three times, with slow held at its ceiling and every
+    // Ready pod's ceiling sampled each 100 ms.
+    let fleet_ceiling = 22; // slow: reserved 12 + sharedSurplus 10
+    let targets = std::sync::Arc::new(std::sync::Mutex::new(live_ips(&pods(client, ns, "app=app").await)));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = tokio::spawn(sample_ceilings(
+        client.clone(),
+        ns.to_string(),
+        bh.to_string(),
+        fleet_ceiling,
+        targets.clone(),
+        stop.clone(),
+    ));
+    let load = saturate(targets, stop.clone(), 30);
+    let (mut ups, mut downs) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        let (from_scale, from_write, slow) = scale(cp, client, ns, bh, 3).await;
+        assert_eq!(slow, 7, "three replicas share slow's 22");
+        wait_ready(client, ns, "app=app", 3, ROLLOUT).await;
+        ups.push((from_scale, from_write));
+        let (from_scale, from_write, slow) = scale(cp, client, ns, bh, 2).await;
+        assert_eq!(slow, 11, "two replicas again");
+        wait_ready(client, ns, "app=app", 2, ROLLOUT).await;
+        downs.push((from_scale, from_write));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let samples = sampler.await.expect("sampler");
+    let (admitted, rejected) =
+        load.into_iter().map(|h| h.join().expect("load")).fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+    let secs = |d: &Duration| format!("{:.2}", d.as_secs_f64());
+    println!(
+        "scale 2->3, kubectl scale -> both running pods on the new config: {:?} s (from the ConfigMap write: {:?} s)",
+        ups.iter().map(|u| secs(&u.0)).collect::<Vec<_>>(),
+        ups.iter().map(|u| secs(&u.1)).collect::<Vec<_>>()
+    );
+    println!(
+        "scale 3->2, kubectl scale -> the remaining pods on the new config: {:?} s (from the write, which waits for the third pod to be gone: {:?} s)",
+        downs.iter().map(|d| secs(&d.0)).collect::<Vec<_>>(),
+        downs.iter().map(|d| secs(&d.1)).collect::<Vec<_>>()
+    );
+    println!(
+        "over-commit samples (slow, fleet ceiling {fleet_ceiling}): {} samples every 100 ms, highest sum over Ready pods {}, {} above the ceiling {:?}, {} unread; load: {admitted} slow requests admitted, {rejected} rejected at the ceiling",
+        samples.count, samples.max_sum, samples.over.len(), samples.over, samples.unread
+    );
+    for (from_scale, _) in &ups {
+        assert!(*from_scale <= PROPAGATION, "a scale up reached the running pods in {from_scale:?}");
+    }
+    assert!(samples.count > 100 && rejected > 0, "sampled while slow was saturated: {samples:?}, {rejected} rejected");
+    assert!(samples.over.is_empty(), "the Ready pods never hold more than slow's fleet ceiling: {samples:?}");
+
+    // A spec change: slow's reservation, three times.
+    let mut changes = Vec::new();
+    for reserved in [10, 12, 10] {
+        let (took, slow) = change_reserved(cp, client, ns, bh, reserved).await;
+        assert_eq!(slow, (reserved + 10) / 2);
+        changes.push(took);
+    }
+    println!(
+        "kubectl patch (reserved) -> every running pod on the new config: {:?} s",
+        changes.iter().map(secs).collect::<Vec<_>>()
+    );
+    for took in &changes {
+        assert!(*took <= PROPAGATION, "a spec change reached the running pods in {took:?}");
+    }
+    // The metric a user reads agrees with /readyz.
+    let (_, slow, _) = written(client, ns, bh).await.expect("config");
+    let running = wait_ready(client, ns, "app=app", 2, ROLLOUT).await;
+    register_sidecars(cp, ns, &running);
+    for pod in &running {
+        let exposition = metrics(pod_ip(pod)).expect("metrics");
+        assert_eq!(class_gauge(&exposition, "class_ceiling", "slow"), Some(f64::from(slow)));
+    }
+    wait_enforced(client, bh, "True", "Converged", Duration::from_secs(30)).await;
+    let summary = enforcement(client, bh).await.expect("status.enforcement");
+    println!("status.enforcement after the changes: {summary:?}");
+    assert!(summary.last_convergence_seconds.is_some_and(|s| s < 5.0), "{summary:?}");
+
+    // Bypassed: a Service to the app's own port; cleared when it points at the proxy.
+    cp.apply_yaml(&format!(
+        "apiVersion: v1\nkind: Service\nmetadata: {{name: app, namespace: {ns}}}\nspec:\n  selector: {{app: app}}\n  ports: [{{port: 80, targetPort: 8080}}]\n"
+    ));
+    let message = wait_enforced(client, bh, "False", "Bypassed", Duration::from_secs(30)).await;
+    assert!(message.contains(&format!("Service {ns}/app port 80 sends to 8080")), "{message}");
+    cp.kubectl(&[
+        "-n",
+        ns,
+        "patch",
+        "service",
+        "app",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"ports":[{"port":80,"targetPort":8081}]}}"#,
+    ]);
+    wait_enforced(client, bh, "True", "Converged", Duration::from_secs(30)).await;
+
+    // SidecarMissing: a pod of the workload that runs without the sidecar.
+    cp.apply_yaml(&format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: stray, namespace: {ns}, labels: {{app: app}}}}\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - {{name: app, image: {}, imagePullPolicy: Never}}\n",
+        images.app
+    ));
+    let message = wait_enforced(client, bh, "False", "SidecarMissing", ROLLOUT).await;
+    assert!(message.contains("stray (no bulkhead-proxy container)"), "{message}");
+    cp.kubectl(&["-n", ns, "delete", "pod", "stray", "--wait=true"]);
+    wait_enforced(client, bh, "True", "Converged", Duration::from_secs(60)).await;
+
+    // Converging: a sidecar whose config is mounted by subPath, which the
+    // kubelet never updates, cannot take the next config.
+    let (operator_repo, operator_tag) = images.operator_repo_tag();
+    cp.apply_yaml(&format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: pinned, namespace: {ns}, labels: {{app: app}}}}
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - {{name: app, image: {app}, imagePullPolicy: Never}}
+  - name: bulkhead-proxy
+    image: {operator_repo}:{operator_tag}
+    imagePullPolicy: Never
+    args: [proxy, --config-dir, /etc/bulkhead/pools, --listen, "0.0.0.0:{PROXY_PORT}", --upstream, "http://127.0.0.1:8080", --classify, "header:x-bulkhead-class", --admin, "0.0.0.0:{ADMIN_PORT}"]
+    ports: [{{name: bulkhead-admin, containerPort: {ADMIN_PORT}}}]
+    volumeMounts: [{{name: bulkhead-pools, mountPath: /etc/bulkhead/pools/pools.json, subPath: pools.json}}]
+  volumes: [{{name: bulkhead-pools, configMap: {{name: bulkhead-{bh}}}}}]
+"#,
+        app = images.app
+    ));
+    wait_for("pinned runs", ROLLOUT, || async {
+        let all = pods(client, ns, "app=app").await;
+        all.iter().find(|p| p.metadata.name.as_deref() == Some("pinned")).filter(|p| ready(p)).map(|_| ())
+    })
+    .await;
+    // Whether it took the config its arrival made (a third pod re-splits the
+    // pool) depends on when its kubelet mounted the file; the next one it cannot take.
+    cp.kubectl(&[
+        "patch",
+        "bulkhead",
+        bh,
+        "--type",
+        "json",
+        "-p",
+        r#"[{"op": "replace", "path": "/spec/classes/0/reserved", "value": 12}]"#,
+    ]);
+    let changed = Instant::now();
+    let message = wait_enforced(client, bh, "False", "Converging", Duration::from_secs(60)).await;
+    assert!(message.contains("pinned (enforces "), "{message}");
+    println!("Converging {:.1} s after the change (grace 10 s): {message}", changed.elapsed().as_secs_f64());
+    cp.kubectl(&["-n", ns, "delete", "pod", "pinned", "--wait=true"]);
+    wait_enforced(client, bh, "True", "Converged", Duration::from_secs(60)).await;
 }
 
 // --- d. placement on real nodes ---------------------------------------------

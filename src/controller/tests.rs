@@ -783,6 +783,7 @@ async fn a_refused_stamp_fails_the_reconcile_naming_the_pod() {
     assert!(error.starts_with("stamp Pod shop/api-"), "{error}");
     // The failure is reported on the Bulkhead, as every apply failure is.
     let status = seen.iter().rev().find(|s| s.path.contains("/status")).expect("a status write");
-    let ready = status.body["status"]["conditions"].as_array().expect("conditions").iter().find(|c| c["type"] == "Ready");
+    let ready =
+        status.body["status"]["conditions"].as_array().expect("conditions").iter().find(|c| c["type"] == "Ready");
     assert_eq!(ready.map(|c| c["reason"].clone()), Some(json!("ApplyFailed")));
 }

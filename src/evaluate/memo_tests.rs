@@ -130,7 +130,6 @@ impl Cluster {
                     running: false,
                     terminating: false,
                     sidecar: None,
-                    config_hash: None,
                 };
                 s.set_pod(ObjectKey::new(NAMESPACES[ns], format!("p-{id}")), Some(pod));
             }

@@ -68,7 +68,8 @@ pub(super) fn stamps(snapshot: &Snapshot, namespace: &str, config_map: &str, has
         .filter(|(_, pod)| {
             let mounts = pod.sidecar.as_ref().is_some_and(|s| s.config_map.as_deref() == Some(config_map));
             let live = pod.node.is_some() && !pod.finished && !pod.terminating;
-            mounts && live && pod.config_hash.as_deref() != Some(hash)
+            let stamped = pod.sidecar.as_ref().and_then(|s| s.config_hash.as_deref());
+            mounts && live && stamped != Some(hash)
         })
         .map(|(key, _)| key.clone())
         .collect()

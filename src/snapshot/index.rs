@@ -46,6 +46,8 @@ pub trait Indexed: Resource<DynamicType = ()> + Sized {
 }
 
 /// What one change means to the journal.
+// Nearly every change is a pod's delta (see `Delta`).
+#[allow(clippy::large_enum_variant)]
 pub enum Journaled {
     Nothing,
     Delta(Delta),

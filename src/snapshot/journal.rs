@@ -10,6 +10,8 @@ use super::{ObjectKey, PodInfo};
 /// Deltas kept: a reader further behind rebuilds from the snapshot.
 const CAPACITY: usize = 4096;
 
+// Nearly every delta is a pod's: boxing it would cost an allocation each.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq)]
 pub enum Delta {
     /// A pod was added (`old` None), changed, or deleted (`new` None).

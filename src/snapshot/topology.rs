@@ -62,10 +62,9 @@ pub struct PodInfo {
     pub running: bool,
     /// metadata.deletionTimestamp is set.
     pub terminating: bool,
-    /// The bulkhead-proxy container, when the pod runs one.
-    pub sidecar: Option<PodSidecar>,
-    /// The pool-config hash last stamped on the pod (`CONFIG_HASH_ANNOTATION`).
-    pub config_hash: Option<Box<str>>,
+    /// The bulkhead-proxy container, when the pod runs one (boxed: most
+    /// pods run none, and every pod's entry is kept twice in the journal).
+    pub sidecar: Option<Box<PodSidecar>>,
 }
 
 /// What a pod's bulkhead-proxy container shows of itself.
@@ -75,10 +74,13 @@ pub struct PodSidecar {
     pub config_map: Option<Arc<str>>,
     /// Its admin port (/readyz), by the port's name.
     pub admin_port: Option<u16>,
+    /// The pool-config hash last stamped on the pod (`CONFIG_HASH_ANNOTATION`).
+    pub config_hash: Option<Box<str>>,
 }
 
 impl PodSidecar {
-    fn of(spec: &k8s_openapi::api::core::v1::PodSpec, interner: &mut Interner) -> Option<Self> {
+    fn of(pod: &Pod, interner: &mut Interner) -> Option<Box<Self>> {
+        let spec = pod.spec.as_ref()?;
         let container = spec.containers.iter().find(|c| c.name == PROXY_CONTAINER)?;
         let admin_port = container
             .ports
@@ -93,7 +95,8 @@ impl PodSidecar {
             .find(|v| v.name == PROXY_VOLUME)
             .and_then(|v| v.config_map.as_ref())
             .map(|c| interner.intern(&c.name));
-        Some(Self { config_map, admin_port })
+        let config_hash = pod.metadata.annotations.as_ref().and_then(|a| a.get(CONFIG_HASH_ANNOTATION));
+        Some(Box::new(Self { config_map, admin_port, config_hash: config_hash.map(|h| Box::from(h.as_str())) }))
     }
 }
 
@@ -110,13 +113,7 @@ impl PodInfo {
             finished: matches!(phase, Some("Succeeded" | "Failed")),
             running: phase == Some("Running") && pod.metadata.deletion_timestamp.is_none(),
             terminating: pod.metadata.deletion_timestamp.is_some(),
-            sidecar: spec.and_then(|s| PodSidecar::of(s, interner)),
-            config_hash: pod
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(CONFIG_HASH_ANNOTATION))
-                .map(|h| Box::from(h.as_str())),
+            sidecar: PodSidecar::of(pod, interner),
         }
     }
 }

@@ -130,7 +130,6 @@ fn apply(s: &mut Snapshot, e: &Event) {
                 running: false,
                 terminating: false,
                 sidecar: None,
-                config_hash: None,
             };
             s.set_pod(ObjectKey::new(NAMESPACES[ns], format!("pod-{id}")), Some(pod));
         }
