@@ -205,6 +205,8 @@ impl Enforcement {
         let mut observed = Observed { hash: target.hash.clone(), ..Observed::default() };
         let mut within_grace = false;
         for (key, answer) in answers {
+            let result = if answer.is_ok() { "answered" } else { "unreachable" };
+            self.metrics.enforcement_probes.get_or_create(&super::metrics::ResultLabels { result }).inc();
             let answer = match answer {
                 Ok(hash) if hash == target.hash => {
                     entry.since.remove(&key);

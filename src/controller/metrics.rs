@@ -103,6 +103,8 @@ pub struct Metrics {
     /// From the operator's write of a pool config until every running pod's
     /// sidecar reported it (`controller::enforcement`).
     pub config_convergence: Histogram,
+    /// Sidecars asked which config they enforce, by outcome (`answered`, `unreachable`).
+    pub enforcement_probes: Family<ResultLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -122,6 +124,12 @@ impl Default for Metrics {
         let analysis_duration = Histogram::new([0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 120.0]);
         // The goal is 2 s, the kubelet's periodic sync about 60 s.
         let config_convergence = Histogram::new([0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0]);
+        let enforcement_probes = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "enforcement_probes",
+            "Sidecars asked on their admin port which pool config they enforce, by outcome (answered, unreachable)",
+            enforcement_probes.clone(),
+        );
         registry.register_with_unit(
             "config_convergence",
             "Time from the operator's write of a pool config until every running selected pod's sidecar enforced it",
@@ -191,6 +199,7 @@ impl Default for Metrics {
             analyses,
             analysis_duration,
             config_convergence,
+            enforcement_probes,
         }
     }
 }
