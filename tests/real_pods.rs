@@ -318,7 +318,10 @@ async fn the_injected_proxy_enforces_the_pool_in_real_pods() {
         let (status, _) = http_get(SocketAddr::new(*ip, PROXY_PORT), "/unknown", Duration::from_secs(5));
         assert_eq!(status, 503, "an unclassified request is rejected by the proxy at {ip}");
     }
-    // The proxy's limits are the ConfigMap's, as the kubelet projected it into the pod.
+    // The proxy's limits are the ConfigMap's, as the kubelet projected it into
+    // the pod, once the Bulkhead says every pod enforces it (the rollout's
+    // surge re-split the Fleet pool over the pods that existed meanwhile).
+    wait_converged(&client, &ns.name, &bh, Duration::from_secs(60)).await;
     let config = wait_for("the pool config", Duration::from_secs(30), || pool_config(&client, &ns.name, &bh)).await;
     assert_eq!(config.divided_by, 2, "a Fleet pool over two replicas");
     for ip in &ips {
@@ -678,9 +681,21 @@ async fn wait_enforced(client: &Client, bh: &str, status: &str, reason: &str, wi
     .await
 }
 
+/// Enforced=True about the pool config written now; its message.
+async fn wait_converged(client: &Client, ns: &str, bh: &str, within: Duration) -> String {
+    wait_for("Enforced=True Converged on the config written now", within, || async {
+        let (status, reason, message) = condition(client, bh, "Enforced").await?;
+        let hash = written(client, ns, bh).await?.0;
+        let summary = enforcement(client, bh).await?;
+        (status == "True" && reason == "Converged" && summary.config_hash == hash && message.contains(&hash))
+            .then_some(message)
+    })
+    .await
+}
+
 async fn enforcement_you_can_see(cp: &ControlPlane, client: &Client, ns: &str, bh: &str, images: &Images) {
     let started = Instant::now();
-    let message = wait_enforced(client, bh, "True", "Converged", Duration::from_secs(60)).await;
+    let message = wait_converged(client, ns, bh, Duration::from_secs(60)).await;
     let (hash, _, _) = written(client, ns, bh).await.expect("a pool config");
     assert!(message.contains(&hash), "{message}");
     let summary = enforcement(client, bh).await.expect("status.enforcement");
@@ -759,7 +774,7 @@ async fn enforcement_you_can_see(cp: &ControlPlane, client: &Client, ns: &str, b
         let exposition = metrics(pod_ip(pod)).expect("metrics");
         assert_eq!(class_gauge(&exposition, "class_ceiling", "slow"), Some(f64::from(slow)));
     }
-    wait_enforced(client, bh, "True", "Converged", Duration::from_secs(30)).await;
+    wait_converged(client, ns, bh, Duration::from_secs(30)).await;
     let summary = enforcement(client, bh).await.expect("status.enforcement");
     println!("status.enforcement after the changes: {summary:?}");
     assert!(summary.last_convergence_seconds.is_some_and(|s| s < 5.0), "{summary:?}");
@@ -781,7 +796,7 @@ async fn enforcement_you_can_see(cp: &ControlPlane, client: &Client, ns: &str, b
         "-p",
         r#"{"spec":{"ports":[{"port":80,"targetPort":8081}]}}"#,
     ]);
-    wait_enforced(client, bh, "True", "Converged", Duration::from_secs(30)).await;
+    wait_converged(client, ns, bh, Duration::from_secs(30)).await;
 
     // SidecarMissing: a pod of the workload that runs without the sidecar.
     cp.apply_yaml(&format!(
@@ -791,7 +806,7 @@ async fn enforcement_you_can_see(cp: &ControlPlane, client: &Client, ns: &str, b
     let message = wait_enforced(client, bh, "False", "SidecarMissing", ROLLOUT).await;
     assert!(message.contains("stray (no bulkhead-proxy container)"), "{message}");
     cp.kubectl(&["-n", ns, "delete", "pod", "stray", "--wait=true"]);
-    wait_enforced(client, bh, "True", "Converged", Duration::from_secs(60)).await;
+    wait_converged(client, ns, bh, Duration::from_secs(60)).await;
 
     // Converging: a sidecar whose config is mounted by subPath, which the
     // kubelet never updates, cannot take the next config.
@@ -835,7 +850,7 @@ spec:
     assert!(message.contains("pinned (enforces "), "{message}");
     println!("Converging {:.1} s after the change (grace 10 s): {message}", changed.elapsed().as_secs_f64());
     cp.kubectl(&["-n", ns, "delete", "pod", "pinned", "--wait=true"]);
-    wait_enforced(client, bh, "True", "Converged", Duration::from_secs(60)).await;
+    wait_converged(client, ns, bh, Duration::from_secs(60)).await;
 }
 
 // --- d. placement on real nodes ---------------------------------------------

@@ -150,15 +150,27 @@ pub fn apply_enforcement(
             format!("no running pod is selected by spec.workload: nothing enforces pool config {hash} yet"),
         ))
     } else if !waiting.is_empty() {
-        // Within the grace period: the condition stays as it was, or, the
-        // first time, says it is waiting; status.enforcement has the live count.
-        let kept = previous_enforced(previous).filter(|c| c.reason != reason::BYPASSED);
-        Some(kept.unwrap_or_else(|| {
-            condition(
+        // Within the grace period. About the same config (a pod that just
+        // started, say) the condition stays as it was, so a rollout does not
+        // flap; a new config is not confirmed by anything said about the old
+        // one, so until every pod reports it the condition says it is on its way.
+        let same_config = previous.and_then(|p| p.enforcement.as_ref()).is_some_and(|e| e.config_hash == hash);
+        let kept = previous_enforced(previous).filter(|c| same_config && c.reason != reason::BYPASSED);
+        Some(kept.unwrap_or_else(|| match observed {
+            None => condition(
                 ConditionStatus::Unknown,
                 reason::NOT_OBSERVED,
-                format!("asking {pods} pod(s) whether they enforce pool config {hash}"),
-            )
+                format!("the {pods} running pod(s) have not been asked about pool config {hash} yet"),
+            ),
+            Some(_) => condition(
+                ConditionStatus::Unknown,
+                reason::PROPAGATING,
+                format!(
+                    "{current} of {pods} pod(s) enforce pool config {hash} so far; {} not yet: {}",
+                    waiting.len(),
+                    named(&waiting)
+                ),
+            ),
         }))
     } else {
         Some(condition(

@@ -106,6 +106,8 @@ pub mod reason {
     pub const CONVERGED: &str = "Converged";
     /// Some sidecars still enforce another config past the grace period.
     pub const CONVERGING: &str = "Converging";
+    /// A new config is on its way to the sidecars, within the grace period.
+    pub const PROPAGATING: &str = "Propagating";
     /// A running selected pod has no bulkhead-proxy of this Bulkhead.
     pub const SIDECAR_MISSING: &str = "SidecarMissing";
     /// The operator cannot ask some sidecars (no route, refused, timed out).

@@ -204,8 +204,8 @@ fn enforced_is_true_only_when_every_running_pod_answered_with_the_planned_hash()
     assert_eq!((summary.pods, summary.converged, summary.lagging.len()), (2, 2, 0));
     assert_eq!((summary.config_hash.as_str(), summary.last_convergence_seconds), (hash.as_str(), Some(0.8)));
 
-    // One pod lags within the grace period: the condition stays as it was
-    // (no flap on an ordinary change); the summary shows the lag at once.
+    // One pod lags within the grace period. After True about this very
+    // config (a pod restarted, say) the condition stays as it was: no flap.
     let mut previous = BulkheadStatus::default();
     let bh = bulkhead("Instance");
     let now = Time(jiff::Timestamp::from_second(1_800_000_000).expect("time"));
@@ -216,6 +216,15 @@ fn enforced_is_true_only_when_every_running_pod_answered_with_the_planned_hash()
     let (status, reason, _, summary) = enforced(&s, Some(&young), Some(&previous));
     assert_eq!((status.as_str(), reason.as_str()), ("True", "Converged"));
     assert_eq!(summary.expect("summary").lagging, vec!["bb".to_string()]);
+    // After True about an older config, nothing confirms the new one yet.
+    let mut older = previous.clone();
+    older.enforcement.as_mut().expect("summary").config_hash = "00000000000000aa".into();
+    let (status, reason, message, _) = enforced(&s, Some(&young), Some(&older));
+    assert_eq!((status.as_str(), reason.as_str()), ("Unknown", "Propagating"), "{message}");
+    assert!(
+        message.starts_with(&format!("1 of 2 pod(s) enforce pool config {hash} so far; 1 not yet: bb")),
+        "{message}"
+    );
     // Past the grace period it is False, naming the pod, its config and since when.
     let old = answers(&hash, &[("a", Answer::Current), ("bb", lagging(true))]);
     let (status, reason, message, _) = enforced(&s, Some(&old), Some(&previous));
