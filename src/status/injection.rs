@@ -67,10 +67,11 @@ pub(super) fn proxy_condition(plan: &Plan, outcome: &ApplyOutcome) -> Option<Des
     })
 }
 
-/// `Enforced`, present only when spec.workload.proxy asks for the sidecar:
-/// False while traffic can walk around it. The operator does not yet ask the
-/// sidecars which pool config they enforce, so it never says True: a verdict
-/// without evidence is the one thing the status must not give.
+/// `Enforced` from the plan alone, present only when spec.workload.proxy asks
+/// for the sidecar: False while traffic can walk around it, otherwise not
+/// known. In a cluster the controller replaces it with what the sidecars
+/// answered (`enforcement.rs`); offline nobody asks them, so it never says
+/// True: a verdict without evidence is the one thing the status must not give.
 pub(super) fn enforced_condition(plan: &Plan) -> Option<DesiredCondition> {
     let proxy = &plan.proxy;
     if !proxy.requested {
@@ -92,7 +93,7 @@ pub(super) fn enforced_condition(plan: &Plan) -> Option<DesiredCondition> {
         ENFORCED,
         ConditionStatus::Unknown,
         reason::NOT_OBSERVED,
-        "not known whether every replica enforces the planned pool config: the operator does not ask the sidecars \
-         yet; no Service that selects the workload sends traffic around the proxy",
+        "not known whether every replica enforces the planned pool config: only the operator, in a cluster, asks \
+         the sidecars; no Service that selects the workload sends traffic around the proxy",
     ))
 }

@@ -13,7 +13,7 @@ use bulkhead::{
     plan::{changes, Change, PlanConfig},
     select::Selection,
     snapshot::Snapshot,
-    status::{FUNDED, ISOLATED, READY},
+    status::{ENFORCED, FUNDED, ISOLATED, READY},
 };
 use promql_parser::{label::MatchOp, util::walk_expr};
 use serde_json::Value;
@@ -266,7 +266,7 @@ fn monitoring_is_off_by_default_and_when_on_scrapes_the_service_and_alerts_on_ex
     let mut exported = exported();
     let by_proxy = exported_by_proxy();
     exported.extend(by_proxy.clone());
-    let conditions = [READY, FUNDED, ISOLATED];
+    let conditions = [READY, FUNDED, ISOLATED, ENFORCED];
     let mut alerts = Vec::new();
     let rules = rule["spec"]["groups"].as_array().expect("groups").iter();
     for r in rules.flat_map(|g| g["rules"].as_array().expect("rules")) {
@@ -311,6 +311,7 @@ fn monitoring_is_off_by_default_and_when_on_scrapes_the_service_and_alerts_on_ex
             "BulkheadNotReady",
             "BulkheadUnfunded",
             "BulkheadRequiredLayerShared",
+            "BulkheadNotEnforced",
             "BulkheadOperatorReconcileErrors",
             "BulkheadClassStarvedAtCeiling",
             "BulkheadUtilisationCollapse",
