@@ -30,6 +30,7 @@ pub mod metrics;
 pub mod normalize;
 pub mod pool_config;
 pub mod reject;
+pub mod synthetic;
 
 pub use admission::{Permit, Pool, Reason, Rejection, Source, Unclassified};
 pub use classify::{Classifier, Rule};
@@ -39,3 +40,4 @@ pub use pool_config::{
     Cidr, OnCeiling, PoolClass, PoolConfig, PoolConfigError, Scope, POOL_CONFIG_KEY, POOL_CONFIG_VERSION,
 };
 pub use reject::Rejector;
+pub use synthetic::{GrpcStatus, SyntheticResponse};

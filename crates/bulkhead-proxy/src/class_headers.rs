@@ -10,7 +10,7 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 
 use super::{
     classify::{Classifier, Rule},
-    reject::CLASS_HEADER,
+    synthetic::CLASS_HEADER,
 };
 
 #[derive(Debug)]

@@ -31,7 +31,8 @@ use super::{
     h2_upstream::{H2Body, H2Upstream},
     idle::{self, IdleBody},
     layer::HoldPermit,
-    reject::{is_grpc, REASON_HEADER},
+    refusal::Refusal,
+    synthetic::is_grpc,
     upload::Upload,
 };
 
@@ -180,7 +181,7 @@ impl Forward {
                 uri.path_and_query = Some(target);
                 match Uri::from_parts(uri) {
                     Ok(uri) => uri,
-                    Err(_) => return ForwardFuture::ready(answer(StatusCode::BAD_REQUEST, "bad-request-target")),
+                    Err(_) => return ForwardFuture::ready(answer(Refusal::BadRequestTarget, grpc)),
                 }
             }
         };
@@ -276,6 +277,32 @@ pub struct ForwardFuture {
     hand_off: Option<HoldPermit>,
 }
 
+/// Why the upstream gave no response.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum UpstreamFailure {
+    /// No connection (dial, handshake, or h2c SETTINGS).
+    Connect,
+    /// The request failed on a connection (reset, closed mid-request).
+    Exchange,
+}
+
+impl UpstreamFailure {
+    fn refusal(self) -> Refusal {
+        match self {
+            UpstreamFailure::Connect => Refusal::UpstreamConnect,
+            UpstreamFailure::Exchange => Refusal::Upstream,
+        }
+    }
+
+    fn of(connect: bool) -> Self {
+        if connect {
+            UpstreamFailure::Connect
+        } else {
+            UpstreamFailure::Exchange
+        }
+    }
+}
+
 /// The upstream's answer on its way.
 enum Pending {
     H1(Pin<Box<dyn Future<Output = Result<Response<H1Body>, super::h1_upstream::H1Error>> + Send>>),
@@ -283,22 +310,22 @@ enum Pending {
 }
 
 impl Pending {
-    /// The response, or whether the failure was to connect.
-    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<Response<UpstreamBody>, bool>> {
+    /// The response, or why there is none.
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<Response<UpstreamBody>, UpstreamFailure>> {
         let failed = |e: &dyn std::error::Error| tracing::debug!(error = %e, "upstream failed");
         match self {
             Pending::H1(f) => f.as_mut().poll(cx).map(|r| match r {
                 Ok(res) => Ok(res.map(Either::Left)),
                 Err(e) => {
                     failed(&e);
-                    Err(e.is_connect())
+                    Err(UpstreamFailure::of(e.is_connect()))
                 }
             }),
             Pending::H2(f) => f.as_mut().poll(cx).map(|r| match r {
                 Ok(res) => Ok(res.map(Either::Right)),
                 Err(e) => {
                     failed(&e);
-                    Err(e.is_connect())
+                    Err(UpstreamFailure::of(e.is_connect()))
                 }
             }),
         }
@@ -348,7 +375,7 @@ impl ForwardFuture {
         // Every field is Unpin (the client's future is boxed).
         let (inner, inbound, drain, deadline, stalled, grpc, idle, end) = match &mut self.state {
             State::Ready(res) => {
-                return Poll::Ready(Ok(res.take().unwrap_or_else(|| answer(StatusCode::BAD_GATEWAY, "upstream"))))
+                return Poll::Ready(Ok(res.take().unwrap_or_else(|| answer(Refusal::Upstream, false))))
             }
             State::Waiting { inner, inbound, drain, deadline, stalled, grpc, idle, end } => {
                 (inner, inbound, drain, deadline, stalled, *grpc, *idle, *end)
@@ -356,20 +383,19 @@ impl ForwardFuture {
         };
         let mut res = match inner.poll(cx) {
             Poll::Ready(Ok(res)) => res,
-            Poll::Ready(Err(connect)) => {
-                if stalled.as_ref().is_some_and(|s| s.load(Ordering::Relaxed)) {
-                    let mut res = answer(StatusCode::REQUEST_TIMEOUT, "request-body-idle");
-                    res.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
-                    return Poll::Ready(Ok(res));
-                }
-                let reason = if connect { "upstream-connect" } else { "upstream" };
-                return Poll::Ready(Ok(answer(StatusCode::BAD_GATEWAY, reason)));
+            Poll::Ready(Err(failure)) => {
+                let refusal = if stalled.as_ref().is_some_and(|s| s.load(Ordering::Relaxed)) {
+                    Refusal::RequestBodyIdle
+                } else {
+                    failure.refusal()
+                };
+                return Poll::Ready(Ok(answer(refusal, grpc)));
             }
             Poll::Pending => {
                 if let Some(deadline) = deadline {
                     ready!(deadline.as_mut().poll(cx));
                     // Dropping the client's future (with this state) cancels the upstream request.
-                    return Poll::Ready(Ok(timed_out(grpc)));
+                    return Poll::Ready(Ok(answer(Refusal::UpstreamTimeout, grpc)));
                 }
                 return Poll::Pending;
             }
@@ -382,26 +408,12 @@ impl ForwardFuture {
         match inbound.take() {
             Some(inbound) if upgraded => splice(inbound, &mut res, drain.clone(), idle, end),
             // A 101 to a request that was not tunnelled would leave both sides speaking different protocols.
-            None if upgraded => return Poll::Ready(Ok(answer(StatusCode::BAD_GATEWAY, "upstream-upgrade"))),
+            None if upgraded => return Poll::Ready(Ok(answer(Refusal::UpstreamUpgrade, grpc))),
             _ if from_h2 => {}
             _ => strip_hop_by_hop(res.headers_mut(), false),
         }
         Poll::Ready(Ok(res.map(|body| Either::Left(IdleBody::new(body, idle, None).until(end)))))
     }
-}
-
-/// The answer to a request whose upstream did not answer within `--response-timeout`.
-fn timed_out(grpc: bool) -> Response<ProxyBody> {
-    if !grpc {
-        return answer(StatusCode::GATEWAY_TIMEOUT, "upstream-timeout");
-    }
-    // gRPC reads its status from a trailers-only response: DEADLINE_EXCEEDED.
-    let mut res = answer(StatusCode::OK, "upstream-timeout");
-    let headers = res.headers_mut();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
-    headers.insert(HeaderName::from_static("grpc-status"), HeaderValue::from_static("4"));
-    headers.insert(HeaderName::from_static("grpc-message"), HeaderValue::from_static("bulkhead: upstream timeout"));
-    res
 }
 
 /// Join the client's and the upstream's upgraded connections, holding the
@@ -433,12 +445,9 @@ fn splice(
     });
 }
 
-/// A response the proxy makes itself, naming why.
-fn answer(status: StatusCode, reason: &'static str) -> Response<ProxyBody> {
-    let mut res = Response::new(Either::Right(Empty::new()));
-    *res.status_mut() = status;
-    res.headers_mut().insert(REASON_HEADER, HeaderValue::from_static(reason));
-    res
+/// A response the proxy makes itself, with an empty body.
+fn answer(refusal: Refusal, grpc: bool) -> Response<ProxyBody> {
+    refusal.response(grpc).map(|()| Either::Right(Empty::new()))
 }
 
 fn is_upgrade(headers: &HeaderMap) -> bool {

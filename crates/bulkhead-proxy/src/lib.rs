@@ -29,6 +29,7 @@ mod h2_upstream;
 mod head;
 mod idle;
 pub mod options;
+mod refusal;
 pub mod reload;
 mod replay;
 mod server;
@@ -38,7 +39,7 @@ mod upload;
 // The admission core lives in its own crate, free of Kubernetes; the proxy
 // re-exports its modules so that `proxy::admission::Pool` and the rest keep
 // their paths.
-pub use bulkhead_admission::{admission, classify, layer, metrics, normalize, reject};
+pub use bulkhead_admission::{admission, classify, layer, metrics, normalize, reject, synthetic};
 
 use std::{
     net::SocketAddr,
@@ -53,6 +54,7 @@ pub use classify::{Classifier, Rule};
 pub use layer::{Admission, AdmissionLayer, Classify, Gate, HoldPermit, PermitBody};
 pub use metrics::{PoolCollector, ProxyMetrics};
 pub use options::{ProxyArgs, Route};
+pub use refusal::Refusal;
 pub use reject::Rejector;
 
 /// Why the proxy could not start (or stopped).

@@ -9,7 +9,7 @@ use std::{
     time::Duration,
 };
 
-use http::{header, uri::PathAndQuery, HeaderValue, Method, Request, Response, StatusCode, Uri, Version};
+use http::{header, uri::PathAndQuery, HeaderValue, Method, Request, Response, Uri, Version};
 use hyper::body::Incoming;
 use hyper_util::{
     rt::{TokioExecutor, TokioIo, TokioTimer},
@@ -26,8 +26,9 @@ use super::{
     layer::{Gate, PermitBody, ResponseFuture},
     normalize,
     options::Cidr,
-    reject::REASON_HEADER,
+    refusal::Refusal,
     stall::Watched,
+    synthetic::is_grpc,
 };
 
 /// What one listener does with a request.
@@ -56,10 +57,10 @@ impl Listener {
 
     /// Refuse what a proxy must not forward or classify (the 400s), and drop
     /// class headers an untrusted peer sent.
-    fn screen<B>(&self, req: &mut Request<B>, peer: IpAddr) -> Result<(), Response<()>> {
+    fn screen<B>(&self, req: &mut Request<B>, peer: IpAddr) -> Result<(), Refusal> {
         // CONNECT would have the upstream open a tunnel to a host the client names.
         if req.method() == Method::CONNECT {
-            return Err(refuse("connect"));
+            return Err(Refusal::Connect);
         }
         let mut hosts = req.headers().get_all(header::HOST).iter();
         let host = hosts.next();
@@ -69,12 +70,12 @@ impl Listener {
         let missing = host.is_none() && req.version() == Version::HTTP_11;
         let bad_authority = req.uri().authority().is_some_and(|a| !is_host(a.as_str().as_bytes()));
         if missing || bad_authority || hosts.next().is_some() || host.is_some_and(|h| !is_host(h.as_bytes())) {
-            return Err(refuse("bad-host"));
+            return Err(Refusal::BadHost);
         }
         for name in self.class_headers.names() {
             // A front proxy that appends the trusted value must not lose to the client's.
             if req.headers().get_all(name).iter().nth(1).is_some() {
-                return Err(refuse("repeated-class-header"));
+                return Err(Refusal::RepeatedClassHeader);
             }
         }
         if self.by_path {
@@ -115,32 +116,21 @@ fn is_host(value: &[u8]) -> bool {
 
 /// Rewrite the request's path to its normal form (the upstream then sees the
 /// path the rules matched), or refuse an ambiguous one.
-fn normalize_path<B>(req: &mut Request<B>) -> Result<(), Response<()>> {
+fn normalize_path<B>(req: &mut Request<B>) -> Result<(), Refusal> {
     let path = req.uri().path();
     let normal = match normalize::normalize(path) {
         Ok(Cow::Borrowed(_)) => return Ok(()),
         Ok(Cow::Owned(normal)) => normal,
-        Err(_) => return Err(refuse("ambiguous-path")),
+        Err(_) => return Err(Refusal::AmbiguousPath),
     };
     let target = match req.uri().query() {
         Some(q) => format!("{normal}?{q}"),
         None => normal,
     };
     let mut parts = req.uri().clone().into_parts();
-    parts.path_and_query = Some(PathAndQuery::try_from(target).map_err(|_| refuse("ambiguous-path"))?);
-    *req.uri_mut() = Uri::from_parts(parts).map_err(|_| refuse("ambiguous-path"))?;
+    parts.path_and_query = Some(PathAndQuery::try_from(target).map_err(|_| Refusal::AmbiguousPath)?);
+    *req.uri_mut() = Uri::from_parts(parts).map_err(|_| Refusal::AmbiguousPath)?;
     Ok(())
-}
-
-/// A 400 the proxy answers itself; the connection is closed after it.
-fn refuse(reason: &'static str) -> Response<()> {
-    let mut res = Response::new(());
-    *res.status_mut() = StatusCode::BAD_REQUEST;
-    let headers = res.headers_mut();
-    headers.insert(REASON_HEADER, HeaderValue::from_static(reason));
-    headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
-    headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
-    res
 }
 
 /// One connection's service: the listener plus the peer, for x-forwarded-for,
@@ -167,8 +157,8 @@ impl hyper::service::Service<Request<Incoming>> for Conn {
 
 impl Conn {
     fn admit(&self, mut req: Request<Incoming>) -> ResponseFuture<ForwardFuture> {
-        if let Err(refused) = self.listener.screen(&mut req, self.peer_ip) {
-            return ResponseFuture::rejected(refused);
+        if let Err(refusal) = self.listener.screen(&mut req, self.peer_ip) {
+            return ResponseFuture::rejected(refusal.response(is_grpc(&req)));
         }
         match self.listener.gate.admit(&req) {
             Ok(permit) => {
