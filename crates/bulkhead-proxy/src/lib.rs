@@ -33,6 +33,7 @@ mod refusal;
 pub mod reload;
 mod replay;
 mod server;
+pub mod sidecar;
 mod stall;
 mod upload;
 
@@ -56,6 +57,7 @@ pub use metrics::{PoolCollector, ProxyMetrics};
 pub use options::{ProxyArgs, Route};
 pub use refusal::Refusal;
 pub use reject::Rejector;
+pub use sidecar::SidecarArgs;
 
 /// Why the proxy could not start (or stopped).
 #[derive(Debug, thiserror::Error)]
