@@ -33,6 +33,7 @@ use super::{
     layer::HoldPermit,
     refusal::Refusal,
     synthetic::is_grpc,
+    timeouts::{StreamTimeouts, Timeouts, UPSTREAM_CONNECT},
     upload::Upload,
 };
 
@@ -42,14 +43,12 @@ pub type ProxyBody = Either<IdleBody<UpstreamBody>, Empty<Bytes>>;
 /// An upstream's response body, over HTTP/1.1 or h2c.
 pub type UpstreamBody = Either<H1Body, H2Body>;
 
-/// The time limits and upgrade policy of forwarding (see `--response-timeout`,
-/// `--idle-timeout`, `--allow-upgrade`); zero durations disable a limit.
-#[derive(Clone, Debug, Default)]
-pub struct Limits {
-    pub response_timeout: Duration,
-    pub idle_timeout: Duration,
-    /// Upgrade protocols tunnelled, lower case; h2c never is.
-    pub allow_upgrade: Arc<[String]>,
+/// The time limits and upgrade policy of forwarding.
+#[derive(Clone, Debug)]
+pub(crate) struct Limits {
+    pub(crate) timeouts: Timeouts,
+    /// `--allow-upgrade`: protocols tunnelled, lower case; h2c never is.
+    pub(crate) allow_upgrade: Arc<[String]>,
 }
 
 /// How the proxy speaks to an upstream.
@@ -110,8 +109,6 @@ pub struct Forward {
     drain: watch::Receiver<()>,
 }
 
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-
 /// The upstream's connections.
 #[derive(Clone, Debug)]
 enum Via {
@@ -129,8 +126,8 @@ impl Forward {
     ) -> Self {
         let authority = upstream.authority.clone();
         let via = match protocol {
-            UpstreamProtocol::Http1 => Via::H1(H1Upstream::new(authority, CONNECT_TIMEOUT)),
-            UpstreamProtocol::H2c => Via::H2(H2Upstream::new(authority, CONNECT_TIMEOUT, limits.idle_timeout)),
+            UpstreamProtocol::Http1 => Via::H1(H1Upstream::new(authority, UPSTREAM_CONNECT)),
+            UpstreamProtocol::H2c => Via::H2(H2Upstream::new(authority, UPSTREAM_CONNECT, limits.timeouts.idle)),
         };
         Self { via, upstream, limits, class_headers, drain }
     }
@@ -214,7 +211,8 @@ impl Forward {
         parts.headers.insert(FORWARDED_PROTO, HeaderValue::from_static("http"));
         // Only a body that can carry data (a GET's cannot) can stall, carry trailers and
         // outlast the response: nothing to allocate for the others.
-        let idle = self.limits.idle_timeout;
+        let timeouts = self.limits.timeouts.stream(max);
+        let idle = timeouts.idle;
         let (stalled, hand_off, body) = if http_body::Body::is_end_stream(&body) {
             (None, None, Upload::new(IdleBody::new(body, idle, None), None, None))
         } else {
@@ -228,25 +226,10 @@ impl Forward {
             Via::H1(h1) => Pending::H1(Box::pin(Arc::clone(h1).send(req))),
             Via::H2(h2) => Pending::H2(Box::pin(Arc::clone(h2).send(req))),
         };
-        let timeout = Some(self.limits.response_timeout).filter(|t| !t.is_zero());
-        let head = match (timeout, max) {
-            (Some(t), Some(m)) => Some(t.min(m)),
-            (t, m) => t.or(m),
-        };
-        let deadline = head.map(|d| Box::pin(tokio::time::sleep(d)));
-        let end = max.map(|m| tokio::time::Instant::now() + m);
+        let deadline = timeouts.response_headers.map(|d| Box::pin(tokio::time::sleep(d)));
         ForwardFuture {
             hand_off,
-            state: State::Waiting {
-                inner,
-                inbound,
-                drain: self.drain.clone(),
-                deadline,
-                stalled,
-                grpc,
-                idle: self.limits.idle_timeout,
-                end,
-            },
+            state: State::Waiting { inner, inbound, drain: self.drain.clone(), deadline, stalled, grpc, timeouts },
         }
     }
 
@@ -342,9 +325,7 @@ enum State {
         /// Raised by the request body when the client stopped sending it.
         stalled: Option<Arc<AtomicBool>>,
         grpc: bool,
-        idle: Duration,
-        /// The class's maximum duration ends here, body included.
-        end: Option<tokio::time::Instant>,
+        timeouts: StreamTimeouts,
     },
     Ready(Option<Response<ProxyBody>>),
 }
@@ -373,12 +354,12 @@ impl Future for ForwardFuture {
 impl ForwardFuture {
     fn answer(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Response<ProxyBody>, Infallible>> {
         // Every field is Unpin (the client's future is boxed).
-        let (inner, inbound, drain, deadline, stalled, grpc, idle, end) = match &mut self.state {
+        let (inner, inbound, drain, deadline, stalled, grpc, timeouts) = match &mut self.state {
             State::Ready(res) => {
                 return Poll::Ready(Ok(res.take().unwrap_or_else(|| answer(Refusal::Upstream, false))))
             }
-            State::Waiting { inner, inbound, drain, deadline, stalled, grpc, idle, end } => {
-                (inner, inbound, drain, deadline, stalled, *grpc, *idle, *end)
+            State::Waiting { inner, inbound, drain, deadline, stalled, grpc, timeouts } => {
+                (inner, inbound, drain, deadline, stalled, *grpc, *timeouts)
             }
         };
         let mut res = match inner.poll(cx) {
@@ -406,26 +387,27 @@ impl ForwardFuture {
         *res.version_mut() = Version::HTTP_11;
         let upgraded = res.status() == StatusCode::SWITCHING_PROTOCOLS;
         match inbound.take() {
-            Some(inbound) if upgraded => splice(inbound, &mut res, drain.clone(), idle, end),
+            Some(inbound) if upgraded => splice(inbound, &mut res, drain.clone(), timeouts),
             // A 101 to a request that was not tunnelled would leave both sides speaking different protocols.
             None if upgraded => return Poll::Ready(Ok(answer(Refusal::UpstreamUpgrade, grpc))),
             _ if from_h2 => {}
             _ => strip_hop_by_hop(res.headers_mut(), false),
         }
+        let (idle, end) = (timeouts.idle, timeouts.response_end);
         Poll::Ready(Ok(res.map(|body| Either::Left(IdleBody::new(body, idle, None).until(end)))))
     }
 }
 
 /// Join the client's and the upstream's upgraded connections, holding the
 /// request's permit (sent through [`HoldPermit`]) until either side closes,
-/// the tunnel idles out, or the class's maximum duration (`end`) passes.
+/// the tunnel idles out, or the class's maximum duration passes.
 fn splice(
     inbound: hyper::upgrade::OnUpgrade,
     res: &mut Response<UpstreamBody>,
     drain: watch::Receiver<()>,
-    idle: Duration,
-    end: Option<tokio::time::Instant>,
+    timeouts: StreamTimeouts,
 ) {
+    let (idle, end) = (timeouts.idle, timeouts.response_end);
     let outbound = hyper::upgrade::on(&mut *res);
     let (holder, rx) = HoldPermit::new();
     res.extensions_mut().insert(holder);

@@ -22,6 +22,7 @@ use super::{
     head::copy_head,
     idle::BoxError,
     replay::{ReplayBudget, Replayable, REPLAY_BUDGET},
+    timeouts::PIPE_END,
 };
 
 /// Why a request could not be sent or answered.
@@ -318,9 +319,6 @@ impl H2Upstream {
 /// the next connection's limit, and a bound stops an upstream that refuses
 /// everything from keeping a request for ever.
 const UNPROCESSED_RETRIES: u32 = 2;
-
-/// How long a refused stream's pipe may take to give its body back.
-const PIPE_END: Duration = Duration::from_secs(1);
 
 /// Whether the upstream said it never processed the stream (RFC 9113 8.7):
 /// RST_STREAM REFUSED_STREAM, or a GOAWAY whose last stream id is below it

@@ -18,10 +18,11 @@ use hyper_util::{
 use tokio::{net::TcpListener, sync::watch};
 
 use super::{
-    activity::{Activity, Counted, CountedBody, Stall, UnreadBudget},
+    activity::{Activity, Stall},
     class_headers::ClassHeaders,
     classify::{Classifier, Rule},
     connections::Connections,
+    counted::{Counted, CountedBody},
     forward::{Forward, ForwardFuture, ProxyBody},
     layer::{Gate, PermitBody, ResponseFuture},
     normalize,
@@ -29,6 +30,8 @@ use super::{
     refusal::Refusal,
     stall::Watched,
     synthetic::is_grpc,
+    timeouts::Timeouts,
+    unread::UnreadBudget,
 };
 
 /// What one listener does with a request.
@@ -212,13 +215,12 @@ pub(super) fn http_builder(header_timeout: Duration) -> auto::Builder<TokioExecu
 }
 
 /// Limits of the accept loop: `--max-connections` (shared by every
-/// listener), the time a new connection has to send its first byte, and how
-/// long it may carry no request (`--idle-timeout`; zero: no limit).
+/// listener), and the connections' deadlines: the first byte, no request,
+/// unread responses.
 #[derive(Clone)]
 pub(super) struct Accept {
     pub connections: Arc<Connections>,
-    pub first_byte: Duration,
-    pub idle: Duration,
+    pub timeouts: Timeouts,
     /// `--max-unread-responses`, shared by every connection.
     pub unread: Arc<UnreadBudget>,
 }
@@ -252,14 +254,14 @@ pub(super) async fn accept(
             peer: peer_value(peer),
             peer_ip: peer.ip(),
             activity: Arc::clone(&activity),
-            idle: limits.idle,
+            idle: limits.timeouts.idle,
         };
         let (builder, mut stop, drain) = (Arc::clone(&builder), stop.clone(), drain.clone());
-        let (first_byte, idle) = (limits.first_byte, limits.idle);
+        let timeouts = limits.timeouts;
         tokio::spawn(async move {
             // hyper-util's protocol detection reads with no timer: a silent connection, or
             // one that sends part of the HTTP/2 preface, is held here for at most this.
-            if tokio::time::timeout(first_byte, detectable(&stream)).await.is_err() {
+            if tokio::time::timeout(timeouts.header, detectable(&stream)).await.is_err() {
                 return;
             }
             let served = builder.serve_connection_with_upgrades(TokioIo::new(stream), conn);
@@ -273,19 +275,18 @@ pub(super) async fn accept(
                 // An HTTP/1.1 response given up on (`stall`): nothing else can use the connection.
                 () = activity.closed() => Ok(()),
                 // Responses wait and the client takes nothing of them: streams hyper holds for
-                // window end only with the connection. Twice the idle timeout, so that the
-                // watchdog gives up a stalled stream first and the connection's others go on.
-                stall = stalled_for(&activity, idle) => {
+                // window end only with the connection (`Timeouts::stall`).
+                stall = stalled_for(&activity, timeouts.stall()) => {
                     tracing::debug!(%peer, ?stall, "responses unread for twice the idle timeout: closed");
                     if stall == Stall::All {
                         Ok(())
                     } else {
                         // Other requests go on: GOAWAY, and they have one idle timeout to end.
                         served.as_mut().graceful_shutdown();
-                        tokio::time::timeout(idle, served.as_mut()).await.unwrap_or(Ok(()))
+                        tokio::time::timeout(timeouts.idle, served.as_mut()).await.unwrap_or(Ok(()))
                     }
                 }
-                () = idle_for(&activity, idle) => {
+                () = idle_for(&activity, timeouts.idle) => {
                     // HTTP/2: GOAWAY, then close; nothing is in flight to wait for.
                     served.as_mut().graceful_shutdown();
                     served.await
@@ -330,12 +331,12 @@ async fn detectable(stream: &tokio::net::TcpStream) {
     }
 }
 
-/// Never resolves when `idle` is zero.
-async fn stalled_for(activity: &Activity, idle: Duration) -> Stall {
-    if idle.is_zero() {
+/// Never resolves when `stall` is zero.
+async fn stalled_for(activity: &Activity, stall: Duration) -> Stall {
+    if stall.is_zero() {
         return std::future::pending().await;
     }
-    activity.stalled_for(idle.saturating_mul(2)).await
+    activity.stalled_for(stall).await
 }
 
 /// Never resolves when `idle` is zero.
