@@ -334,6 +334,11 @@ impl ForwardFuture {
     fn ready(res: Response<ProxyBody>) -> Self {
         ForwardFuture { state: State::Ready(Some(res)), hand_off: None }
     }
+
+    /// The proxy's own answer, nothing forwarded.
+    pub(super) fn refused(refusal: Refusal, grpc: bool) -> Self {
+        Self::ready(answer(refusal, grpc))
+    }
 }
 
 impl Future for ForwardFuture {

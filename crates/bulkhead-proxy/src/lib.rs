@@ -33,8 +33,10 @@ pub mod options;
 mod refusal;
 pub mod reload;
 mod replay;
+mod screen;
 mod server;
 pub mod sidecar;
+mod stack;
 mod stall;
 mod timeouts;
 mod unread;
@@ -169,15 +171,11 @@ pub async fn run(args: ProxyArgs) -> Result<(), ProxyError> {
         let tcp = TcpListener::bind(plan.addr).await.map_err(|source| ProxyError::Bind { addr: plan.addr, source })?;
         tracing::info!(listen = %plan.addr, upstream = %plan.upstream, classify = ?plan.classifier, "listening");
         let class_headers = Arc::new(class_headers::ClassHeaders::new(&plan.classifier));
-        let forward = forward::Forward::new(
-            plan.upstream,
-            args.upstream_protocol,
-            limits.clone(),
-            Arc::clone(&class_headers),
-            drain.clone(),
-        );
-        let gate = Gate::new(Arc::clone(&pool), plan.classifier, rejector.clone());
-        let listener = server::Listener::new(gate, forward, class_headers, class_header_from.clone());
+        let screen = screen::Screen::new(&plan.classifier, Arc::clone(&class_headers), class_header_from.clone());
+        let forward =
+            forward::Forward::new(plan.upstream, args.upstream_protocol, limits.clone(), class_headers, drain.clone());
+        let admission = AdmissionLayer::with_rejector(Arc::clone(&pool), plan.classifier, rejector.clone());
+        let listener = stack::Listener::new(screen, admission, forward);
         bound.push((tcp, Arc::new(listener)));
     }
     for (tcp, listener) in bound {
