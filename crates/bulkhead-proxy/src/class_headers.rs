@@ -8,7 +8,7 @@
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 
-use super::{
+use bulkhead_admission::{
     classify::{Classifier, Rule},
     synthetic::CLASS_HEADER,
 };

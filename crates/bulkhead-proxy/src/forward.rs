@@ -25,14 +25,14 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::{sync::watch, time::Sleep};
 
+use bulkhead_admission::{layer::HoldPermit, synthetic::is_grpc};
+
 use super::{
     class_headers::ClassHeaders,
     h1_upstream::{H1Body, H1Upstream},
     h2_upstream::{H2Body, H2Upstream},
     idle::{self, IdleBody},
-    layer::HoldPermit,
     refusal::Refusal,
-    synthetic::is_grpc,
     timeouts::{StreamTimeouts, Timeouts, UPSTREAM_CONNECT},
     upload::Upload,
 };

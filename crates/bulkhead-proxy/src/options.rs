@@ -9,12 +9,11 @@ use std::{
     time::Duration,
 };
 
-use crate::duration::{off_or_duration, positive};
 pub use bulkhead_admission::pool_config::Cidr;
+use bulkhead_admission::{admission::Unclassified, classify::Rule};
 
-use super::{
-    admission::Unclassified,
-    classify::Rule,
+use crate::{
+    duration::{off_or_duration, positive},
     forward::{Upstream, UpstreamProtocol},
 };
 

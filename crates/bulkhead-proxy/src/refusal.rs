@@ -7,7 +7,7 @@
 
 use http::{Response, StatusCode};
 
-use crate::{
+use bulkhead_admission::{
     admission::Reason,
     synthetic::{GrpcStatus, SyntheticResponse},
 };

@@ -6,13 +6,12 @@ use std::{borrow::Cow, net::IpAddr, sync::Arc};
 
 use http::{header, uri::PathAndQuery, Method, Request, Uri, Version};
 
-use super::{
-    class_headers::ClassHeaders,
+use bulkhead_admission::{
     classify::{Classifier, Rule},
     normalize,
-    options::Cidr,
-    refusal::Refusal,
 };
+
+use super::{class_headers::ClassHeaders, options::Cidr, refusal::Refusal};
 
 /// One listener's checks of a request before its class is named.
 pub(super) struct Screen {

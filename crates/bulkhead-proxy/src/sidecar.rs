@@ -9,7 +9,7 @@
 //! workload. The proxy parses and checks them; the planner validates them
 //! with the same parsers first.
 
-use crate::admission::Unclassified;
+use bulkhead_admission::admission::Unclassified;
 
 /// The subcommand of the one `bulkhead` binary that runs the proxy.
 pub const SUBCOMMAND: &str = "proxy";

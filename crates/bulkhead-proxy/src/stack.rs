@@ -23,16 +23,20 @@ use hyper::body::Incoming;
 use tower_layer::Layer;
 use tower_service::Service;
 
+use bulkhead_admission::{
+    admission::Reason,
+    classify::Classifier,
+    layer::{Admission, AdmissionLayer, Admitted, PermitBody, ResponseFuture},
+    synthetic::is_grpc,
+};
+
 use super::{
     activity::Activity,
-    classify::Classifier,
     counted::{Counted, CountedBody},
     forward::{Forward, ForwardFuture, ProxyBody},
-    layer::{Admission, AdmissionLayer, Admitted, PermitBody, ResponseFuture},
     refusal::Refusal,
     screen::Screen,
     stall::Watched,
-    synthetic::is_grpc,
 };
 
 /// The body of every response the proxy sends.
@@ -76,7 +80,7 @@ impl Service<Request<Incoming>> for ToUpstream {
         match req.extensions_mut().remove::<Admitted>() {
             Some(admitted) => self.forward.call(req, &self.peer, &admitted.class, admitted.max_duration),
             // Only Admission calls this, and it always says the class; never forward without one.
-            None => ForwardFuture::refused(Refusal::Admission(crate::Reason::Unclassified), is_grpc(&req)),
+            None => ForwardFuture::refused(Refusal::Admission(Reason::Unclassified), is_grpc(&req)),
         }
     }
 }
