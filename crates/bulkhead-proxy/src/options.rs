@@ -1,6 +1,7 @@
 //! The command line of `bulkhead proxy`. Scripts outside the repository rely
 //! on `--config-dir --listen --upstream --classify header:NAME --unclassified
-//! --admin` exactly as written.
+//! --admin` exactly as written; the injected sidecar's flags are rendered by
+//! `sidecar::SidecarArgs::argv`, and a pure test parses them here.
 
 use std::{
     net::{SocketAddr, ToSocketAddrs},
