@@ -29,6 +29,7 @@ use bulkhead_admission::{layer::HoldPermit, synthetic::is_grpc};
 
 use super::{
     class_headers::ClassHeaders,
+    dial::UpstreamFailure,
     h1_upstream::{H1Body, H1Upstream},
     h2_upstream::{H2Body, H2Upstream},
     idle::{self, IdleBody},
@@ -260,32 +261,6 @@ pub struct ForwardFuture {
     hand_off: Option<HoldPermit>,
 }
 
-/// Why the upstream gave no response.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum UpstreamFailure {
-    /// No connection (dial, handshake, or h2c SETTINGS).
-    Connect,
-    /// The request failed on a connection (reset, closed mid-request).
-    Exchange,
-}
-
-impl UpstreamFailure {
-    fn refusal(self) -> Refusal {
-        match self {
-            UpstreamFailure::Connect => Refusal::UpstreamConnect,
-            UpstreamFailure::Exchange => Refusal::Upstream,
-        }
-    }
-
-    fn of(connect: bool) -> Self {
-        if connect {
-            UpstreamFailure::Connect
-        } else {
-            UpstreamFailure::Exchange
-        }
-    }
-}
-
 /// The upstream's answer on its way.
 enum Pending {
     H1(Pin<Box<dyn Future<Output = Result<Response<H1Body>, super::h1_upstream::H1Error>> + Send>>),
@@ -301,14 +276,14 @@ impl Pending {
                 Ok(res) => Ok(res.map(Either::Left)),
                 Err(e) => {
                     failed(&e);
-                    Err(UpstreamFailure::of(e.is_connect()))
+                    Err(e.failure())
                 }
             }),
             Pending::H2(f) => f.as_mut().poll(cx).map(|r| match r {
                 Ok(res) => Ok(res.map(Either::Right)),
                 Err(e) => {
                     failed(&e);
-                    Err(UpstreamFailure::of(e.is_connect()))
+                    Err(e.failure())
                 }
             }),
         }

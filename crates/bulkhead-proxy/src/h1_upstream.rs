@@ -25,7 +25,7 @@ use hyper::{body::Incoming, client::conn::http1::SendRequest};
 use hyper_util::rt::TokioIo;
 
 use super::{
-    dial::{dial, DialError},
+    dial::{dial, DialError, UpstreamFailure},
     head::copy_head,
     timeouts::UPSTREAM_IDLE,
     upload::Upload,
@@ -56,8 +56,11 @@ pub(super) enum H1Error {
 }
 
 impl H1Error {
-    pub(super) fn is_connect(&self) -> bool {
-        matches!(self, H1Error::Dial(_) | H1Error::Handshake(_))
+    pub(super) fn failure(&self) -> UpstreamFailure {
+        match self {
+            H1Error::Dial(_) | H1Error::Handshake(_) => UpstreamFailure::Connect,
+            H1Error::Request(_) => UpstreamFailure::Exchange,
+        }
     }
 }
 

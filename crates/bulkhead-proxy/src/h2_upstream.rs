@@ -17,7 +17,7 @@ use http::{uri::Authority, Request, Response};
 use http_body::{Body, Frame, SizeHint};
 
 use super::{
-    dial::{dial, DialError},
+    dial::{dial, DialError, UpstreamFailure},
     h2_pool::{H2Pool, Picked, StreamSlot, CONNECTION_WINDOW, MAX_CONNECTIONS, STREAMS_PER_CONNECTION, STREAM_WINDOW},
     head::copy_head,
     idle::BoxError,
@@ -41,8 +41,11 @@ pub(super) enum H2Error {
 }
 
 impl H2Error {
-    pub(super) fn is_connect(&self) -> bool {
-        matches!(self, H2Error::Dial(_) | H2Error::Handshake(_) | H2Error::Settings)
+    pub(super) fn failure(&self) -> UpstreamFailure {
+        match self {
+            H2Error::Dial(_) | H2Error::Handshake(_) | H2Error::Settings => UpstreamFailure::Connect,
+            H2Error::Stream(_) | H2Error::NoConnection => UpstreamFailure::Exchange,
+        }
     }
 }
 
