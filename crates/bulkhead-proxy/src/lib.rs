@@ -28,6 +28,7 @@ mod h1_upstream;
 mod h2_pool;
 mod h2_upstream;
 mod head;
+mod hop_headers;
 mod idle;
 pub mod options;
 mod refusal;
