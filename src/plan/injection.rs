@@ -14,6 +14,10 @@ use super::{
 };
 use crate::{
     crd::{ProxyMode, ProxySpec},
+    proxy::{
+        admission::Unclassified,
+        sidecar::{ClassifyBy, EgressRoute, Ingress, SidecarArgs, Traffic},
+    },
     select::{Selection, SpecError},
     snapshot::{ObjectKey, Snapshot, WorkloadKind, PROXY_ADMIN_PORT_NAME, PROXY_ANNOTATION_PREFIX},
 };
@@ -230,48 +234,61 @@ pub fn proxy_marker(bulkhead: &str) -> String {
     format!("{PROXY_ANNOTATION_PREFIX}{bulkhead}")
 }
 
+/// The sidecar's command line for `proxy`: the typed contract with `bulkhead
+/// proxy` (rendered by [`SidecarArgs::argv`]); unset ports are left 0 here,
+/// as `validate_proxy` refuses them before anything is injected.
+pub fn sidecar_args(proxy: &ProxySpec) -> SidecarArgs {
+    let traffic = match proxy.mode {
+        ProxyMode::Ingress => Traffic::Ingress(Ingress {
+            port: proxy.port.unwrap_or_default(),
+            upstream_port: proxy.upstream_port.unwrap_or_default(),
+            classify: if proxy.path_prefixes.is_empty() {
+                ClassifyBy::Header(proxy.classify_header.as_deref().unwrap_or(DEFAULT_CLASSIFY_HEADER).to_owned())
+            } else {
+                ClassifyBy::PathPrefixes(
+                    proxy.path_prefixes.iter().map(|p| (p.prefix.clone(), p.class.clone())).collect(),
+                )
+            },
+            unclassified: match proxy.unclassified.as_deref() {
+                None | Some("reject") => Unclassified::Reject,
+                Some(class) => Unclassified::Class(class.to_owned()),
+            },
+            class_header_from: proxy.class_header_from.clone(),
+        }),
+        ProxyMode::Egress => Traffic::Egress(
+            proxy
+                .routes
+                .iter()
+                .map(|r| EgressRoute { class: r.class.clone(), port: r.port, upstream: r.upstream.clone() })
+                .collect(),
+        ),
+    };
+    SidecarArgs {
+        config_dir: PROXY_CONFIG_DIR.to_owned(),
+        traffic,
+        admin_port: proxy.admin_port.unwrap_or(DEFAULT_ADMIN_PORT),
+        metrics: proxy.metrics_address.as_deref().unwrap_or(DEFAULT_METRICS_ADDRESS).to_owned(),
+    }
+}
+
 /// The container a person would write by hand: probes on the admin port,
 /// resources, the operator's security context (restricted by default), the
 /// config as a directory.
 fn container(proxy: &ProxySpec, image: &str, security_context: &Value) -> Value {
-    let admin = proxy.admin_port.unwrap_or(DEFAULT_ADMIN_PORT);
-    let mut args: Vec<String> = vec!["proxy".into(), "--config-dir".into(), PROXY_CONFIG_DIR.into()];
+    let sidecar = sidecar_args(proxy);
+    let admin = sidecar.admin_port;
     let mut ports = Vec::new();
-    match proxy.mode {
-        ProxyMode::Ingress => {
-            let port = proxy.port.unwrap_or_default();
-            args.extend(["--listen".into(), format!("0.0.0.0:{port}")]);
-            args.extend(["--upstream".into(), format!("http://127.0.0.1:{}", proxy.upstream_port.unwrap_or_default())]);
-            let classify = if proxy.path_prefixes.is_empty() {
-                format!("header:{}", proxy.classify_header.as_deref().unwrap_or(DEFAULT_CLASSIFY_HEADER))
-            } else {
-                let prefixes: Vec<String> =
-                    proxy.path_prefixes.iter().map(|p| format!("{}={}", p.prefix, p.class)).collect();
-                format!("path:{}", prefixes.join(","))
-            };
-            args.extend(["--classify".into(), classify]);
-            args.extend(["--unclassified".into(), proxy.unclassified.clone().unwrap_or_else(|| "reject".into())]);
-            if !proxy.class_header_from.is_empty() {
-                args.extend(["--class-header-from".into(), proxy.class_header_from.join(",")]);
-            }
-            ports.push(json!({"name": INGRESS_PORT_NAME, "containerPort": port, "protocol": "TCP"}));
-        }
-        ProxyMode::Egress => {
-            for route in &proxy.routes {
-                args.extend(["--route".into(), format!("{}=127.0.0.1:{}={}", route.class, route.port, route.upstream)]);
-            }
-        }
+    if let Traffic::Ingress(ingress) = &sidecar.traffic {
+        ports.push(json!({"name": INGRESS_PORT_NAME, "containerPort": ingress.port, "protocol": "TCP"}));
     }
     // Health on the pod IP for the kubelet's probes; metrics where the spec says.
-    args.extend(["--admin".into(), format!("0.0.0.0:{admin}")]);
     ports.push(json!({"name": PROXY_ADMIN_PORT_NAME, "containerPort": admin, "protocol": "TCP"}));
-    let metrics = proxy.metrics_address.as_deref().unwrap_or(DEFAULT_METRICS_ADDRESS);
-    args.extend(["--metrics".into(), metrics.to_owned()]);
-    if let Ok(addr) = metrics.parse::<std::net::SocketAddr>() {
+    if let Ok(addr) = sidecar.metrics.parse::<std::net::SocketAddr>() {
         if !addr.ip().is_loopback() {
             ports.push(json!({"name": "proxy-metrics", "containerPort": addr.port(), "protocol": "TCP"}));
         }
     }
+    let args = sidecar.argv();
     let probe = |path: &str, period: u32| json!({"httpGet": {"path": path, "port": admin}, "periodSeconds": period, "timeoutSeconds": 1, "failureThreshold": 3});
     json!({
         "name": PROXY_CONTAINER,

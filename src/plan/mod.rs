@@ -27,8 +27,8 @@ pub use capacity::{plan_capacity, CapacityPlan, ClassCapacity, Funding};
 pub use changes::{changes, teardown, Change, WithheldConfig};
 pub use config_map::config_map_name;
 pub use injection::{
-    default_proxy_security_context, parse_security_context, proxy_manager, proxy_marker, ProxyInjection, ProxyPlan,
-    PROXY_CONFIG_DIR, PROXY_CONTAINER, PROXY_VOLUME,
+    default_proxy_security_context, parse_security_context, proxy_manager, proxy_marker, sidecar_args, ProxyInjection,
+    ProxyPlan, PROXY_CONFIG_DIR, PROXY_CONTAINER, PROXY_VOLUME,
 };
 pub use nodes::{claim_key, merge_taints, ClassNodes, NodeChange, NodeGroupPlan, CLAIM_EFFECT};
 pub use placement::{

@@ -18,4 +18,5 @@ mod placement;
 mod planner;
 mod shard;
 mod sharding;
+mod sidecar_args;
 mod usage;

@@ -52,7 +52,7 @@ impl Reason {
     pub const ALL: [Reason; 3] = [Reason::Ceiling, Reason::SurplusExhausted, Reason::Unclassified];
 
     /// The value of the `reason` metric label and of `x-bulkhead-reason`.
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             Reason::Ceiling => "ceiling",
             Reason::SurplusExhausted => "surplus-exhausted",

@@ -9,9 +9,10 @@ use std::{
     pin::Pin,
     sync::{Arc, Mutex, PoisonError},
     task::{ready, Context, Poll},
+    time::Duration,
 };
 
-use http::{Request, Response, StatusCode};
+use http::{HeaderValue, Request, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 use tokio::sync::oneshot;
@@ -63,6 +64,23 @@ impl<C> Gate<C> {
         self.pool
             .admit(class.as_deref().map(str::as_bytes))
             .map_err(|rejection| self.rejector.response(req, &rejection))
+    }
+}
+
+/// Put in an admitted request's extensions by [`Admission`], for the service
+/// it wraps: the class the request counts against (never the client's
+/// claim: the pool's own header value) and the longest it may take.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Admitted {
+    /// The class as a header value, ready to send upstream.
+    pub class: HeaderValue,
+    /// The class's maximum duration (pools.json's maxDurationMs), if it has one.
+    pub max_duration: Option<Duration>,
+}
+
+impl Admitted {
+    fn of(permit: &Permit) -> Self {
+        Self { class: permit.class_header().clone(), max_duration: permit.max_duration() }
     }
 }
 
@@ -298,9 +316,12 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: Request<B>) -> Self::Future {
+    fn call(&mut self, mut req: Request<B>) -> Self::Future {
         match self.gate.admit(&req) {
-            Ok(permit) => ResponseFuture::admitted(self.inner.call(req), permit),
+            Ok(permit) => {
+                req.extensions_mut().insert(Admitted::of(&permit));
+                ResponseFuture::admitted(self.inner.call(req), permit)
+            }
             Err(rejection) => ResponseFuture::rejected(rejection),
         }
     }
@@ -397,6 +418,29 @@ mod tests {
         assert_eq!(frame.into_data().ok(), Some(Bytes::from_static(b"ok")));
         assert!(body.is_end_stream());
         assert_eq!(in_use(&pool, "reports"), 0, "released with the last frame, not when the body is dropped");
+    }
+
+    #[tokio::test]
+    async fn the_inner_service_is_told_the_class_and_its_maximum_duration() {
+        let mut config = example();
+        config.classes[2].max_duration_ms = Some(1500);
+        let pool = Pool::new(config, Unclassified::Reject).expect("valid");
+        let seen: Arc<Mutex<Vec<Option<Admitted>>>> = Arc::default();
+        let upstream = {
+            let seen = Arc::clone(&seen);
+            tower::service_fn(move |req: Request<()>| {
+                seen.lock().expect("test lock").push(req.extensions().get::<Admitted>().cloned());
+                async { Ok::<_, Infallible>(Response::new(http_body_util::Empty::<Bytes>::new())) }
+            })
+        };
+        let mut svc = AdmissionLayer::new(pool, class_header).layer(upstream);
+        for class in ["reports", "search"] {
+            svc.ready().await.expect("ready").call(request(class)).await.expect("response");
+        }
+        let reports =
+            Admitted { class: HeaderValue::from_static("reports"), max_duration: Some(Duration::from_millis(1500)) };
+        let search = Admitted { class: HeaderValue::from_static("search"), max_duration: None };
+        assert_eq!(*seen.lock().expect("test lock"), [Some(reports), Some(search)]);
     }
 
     #[tokio::test]

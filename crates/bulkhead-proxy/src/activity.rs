@@ -13,22 +13,16 @@
 //! ones alive.
 
 use std::{
-    future::Future,
-    pin::Pin,
     sync::{
         atomic::{AtomicU64, Ordering},
         Arc, Mutex, MutexGuard, PoisonError,
     },
-    task::{ready, Context, Poll},
     time::Duration,
 };
 
-use http::Response;
-use http_body::{Body, Frame, SizeHint};
-use pin_project_lite::pin_project;
 use tokio::{sync::Notify, time::Instant};
 
-use super::stall::Watched;
+use super::unread::UnreadBudget;
 
 /// Requests in flight on one connection, and when the last one ended.
 #[derive(Debug)]
@@ -66,35 +60,7 @@ struct Handed {
 /// Unread responses that close their connection even while other requests
 /// on it wait for their heads: a client kept one request waiting beside
 /// 1,000 unread small responses (4.7 MB), and they stayed as long as it did.
-const STALLED_STREAMS: u64 = 32;
-
-/// Responses the clients took nothing of for a whole stall interval, over
-/// every connection, as each connection's timer last counted them. Below
-/// [`STALLED_STREAMS`] per connection, a connection kept open by a request
-/// of another kind holds its unread responses for as long as it is kept
-/// open: past `budget` in all, every connection holding one is closed.
-#[derive(Debug)]
-pub(super) struct UnreadBudget {
-    total: AtomicU64,
-    budget: u64,
-}
-
-impl UnreadBudget {
-    pub(super) fn new(budget: u64) -> Arc<Self> {
-        Arc::new(UnreadBudget { total: AtomicU64::new(0), budget })
-    }
-
-    /// This connection now counts `now` where it counted `before`; whether
-    /// the total is past the budget.
-    fn report(&self, before: u64, now: u64) -> bool {
-        let total = if now >= before {
-            self.total.fetch_add(now - before, Ordering::Relaxed) + (now - before)
-        } else {
-            self.total.fetch_sub(before - now, Ordering::Relaxed).saturating_sub(before - now)
-        };
-        total > self.budget
-    }
-}
+pub(crate) const STALLED_STREAMS: u64 = 32;
 
 /// Why the stall timer closes a connection.
 #[derive(Debug, PartialEq, Eq)]
@@ -220,15 +186,20 @@ pub(super) struct Active {
 }
 
 impl Active {
+    /// Raised to close an HTTP/1.1 connection whose response was given up.
+    pub(super) fn closing(&self) -> Arc<Notify> {
+        Arc::clone(&self.activity.closing)
+    }
+
     /// The response is handed to hyper: count it for the stall timer.
-    fn streaming(&mut self) {
+    pub(super) fn streaming(&mut self) {
         let mut handed = self.activity.handed();
         handed.moving = handed.moving.saturating_add(1);
         self.moved_in = Some(handed.interval);
     }
 
     /// hyper took a frame of the response.
-    fn took(&mut self) {
+    pub(super) fn took(&mut self) {
         let Some(moved_in) = self.moved_in else { return };
         if moved_in == self.activity.interval.load(Ordering::Relaxed) {
             return;
@@ -253,77 +224,6 @@ impl Drop for Active {
             }
         }
         self.activity.end();
-    }
-}
-
-pin_project! {
-    /// A response future whose request stays counted until the body ends;
-    /// its body is watched for a client that stops reading (`stall`).
-    pub struct Counted<F> {
-        #[pin]
-        inner: F,
-        active: Option<Active>,
-        idle: Duration,
-        http1: bool,
-    }
-}
-
-impl<F> Counted<F> {
-    /// `idle`: the idle timeout; `http1`: the request came over HTTP/1.x.
-    pub(super) fn new(inner: F, active: Active, idle: Duration, http1: bool) -> Self {
-        Self { inner, active: Some(active), idle, http1 }
-    }
-}
-
-impl<F, B, E> Future for Counted<F>
-where
-    F: Future<Output = Result<Response<B>, E>>,
-{
-    type Output = Result<Response<CountedBody<Watched<B>>>, E>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        let res = ready!(this.inner.poll(cx))?;
-        let mut active = this.active.take();
-        if let Some(active) = &mut active {
-            active.streaming();
-        }
-        let close = active.as_ref().filter(|_| *this.http1).map(|a| Arc::clone(&a.activity.closing));
-        let idle = *this.idle;
-        Poll::Ready(Ok(res.map(|inner| CountedBody { inner: Watched::new(inner, idle, close), active })))
-    }
-}
-
-pin_project! {
-    /// A response body that ends its request's count when it ends or is dropped.
-    pub struct CountedBody<B> {
-        #[pin]
-        inner: B,
-        active: Option<Active>,
-    }
-}
-
-impl<B: Body> Body for CountedBody<B> {
-    type Data = B::Data;
-    type Error = B::Error;
-
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
-        let this = self.project();
-        let frame = ready!(this.inner.poll_frame(cx));
-        if !matches!(frame, Some(Ok(_))) {
-            *this.active = None;
-        } else if let Some(active) = this.active {
-            active.took();
-        }
-        Poll::Ready(frame)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
     }
 }
 
@@ -426,12 +326,12 @@ mod tests {
         // b's counts two more: 4 of 3.
         let second = tokio::time::timeout(Duration::from_secs(25), b.stalled_for(stall)).await;
         assert_eq!(second.ok(), Some(Stall::Beside));
-        assert_eq!(budget.total.load(Ordering::Relaxed), 4);
+        assert_eq!(budget.total(), 4);
         // A connection that ends gives its count back.
         drop(held);
         drop(b);
-        assert_eq!(budget.total.load(Ordering::Relaxed), 2);
+        assert_eq!(budget.total(), 2);
         drop(a);
-        assert_eq!(budget.total.load(Ordering::Relaxed), 0);
+        assert_eq!(budget.total(), 0);
     }
 }

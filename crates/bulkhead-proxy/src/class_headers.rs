@@ -8,9 +8,9 @@
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 
-use super::{
+use bulkhead_admission::{
     classify::{Classifier, Rule},
-    reject::CLASS_HEADER,
+    synthetic::CLASS_HEADER,
 };
 
 #[derive(Debug)]

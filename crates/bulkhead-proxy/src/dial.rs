@@ -6,6 +6,26 @@ use std::time::Duration;
 use http::uri::Authority;
 use tokio::net::TcpStream;
 
+use super::refusal::Refusal;
+
+/// Why an upstream gave no response, as the client is told.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum UpstreamFailure {
+    /// No connection: dial, handshake, or an h2c server's SETTINGS.
+    Connect,
+    /// The request failed on a connection (reset, closed mid-request).
+    Exchange,
+}
+
+impl UpstreamFailure {
+    pub(super) fn refusal(self) -> Refusal {
+        match self {
+            UpstreamFailure::Connect => Refusal::UpstreamConnect,
+            UpstreamFailure::Exchange => Refusal::Upstream,
+        }
+    }
+}
+
 /// Why no connection could be opened.
 #[derive(Debug, thiserror::Error)]
 pub(super) enum DialError {

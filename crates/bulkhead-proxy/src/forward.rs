@@ -17,21 +17,25 @@ use std::{
 
 use bytes::Bytes;
 use http::{
-    header, uri::Authority, uri::PathAndQuery, uri::Scheme, HeaderMap, HeaderName, HeaderValue, Request, Response,
-    StatusCode, Uri, Version,
+    header, uri::Authority, uri::PathAndQuery, uri::Scheme, HeaderMap, HeaderValue, Request, Response, StatusCode, Uri,
+    Version,
 };
 use http_body_util::{Either, Empty};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::{sync::watch, time::Sleep};
 
+use bulkhead_admission::{layer::HoldPermit, synthetic::is_grpc};
+
 use super::{
     class_headers::ClassHeaders,
+    dial::UpstreamFailure,
     h1_upstream::{H1Body, H1Upstream},
     h2_upstream::{H2Body, H2Upstream},
+    hop_headers::{append_forwarded_for, is_upgrade, strip_hop_by_hop, FORWARDED_PROTO},
     idle::{self, IdleBody},
-    layer::HoldPermit,
-    reject::{is_grpc, REASON_HEADER},
+    refusal::Refusal,
+    timeouts::{StreamTimeouts, Timeouts, UPSTREAM_CONNECT},
     upload::Upload,
 };
 
@@ -41,14 +45,12 @@ pub type ProxyBody = Either<IdleBody<UpstreamBody>, Empty<Bytes>>;
 /// An upstream's response body, over HTTP/1.1 or h2c.
 pub type UpstreamBody = Either<H1Body, H2Body>;
 
-/// The time limits and upgrade policy of forwarding (see `--response-timeout`,
-/// `--idle-timeout`, `--allow-upgrade`); zero durations disable a limit.
-#[derive(Clone, Debug, Default)]
-pub struct Limits {
-    pub response_timeout: Duration,
-    pub idle_timeout: Duration,
-    /// Upgrade protocols tunnelled, lower case; h2c never is.
-    pub allow_upgrade: Arc<[String]>,
+/// The time limits and upgrade policy of forwarding.
+#[derive(Clone, Debug)]
+pub(crate) struct Limits {
+    pub(crate) timeouts: Timeouts,
+    /// `--allow-upgrade`: protocols tunnelled, lower case; h2c never is.
+    pub(crate) allow_upgrade: Arc<[String]>,
 }
 
 /// How the proxy speaks to an upstream.
@@ -109,8 +111,6 @@ pub struct Forward {
     drain: watch::Receiver<()>,
 }
 
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-
 /// The upstream's connections.
 #[derive(Clone, Debug)]
 enum Via {
@@ -128,8 +128,8 @@ impl Forward {
     ) -> Self {
         let authority = upstream.authority.clone();
         let via = match protocol {
-            UpstreamProtocol::Http1 => Via::H1(H1Upstream::new(authority, CONNECT_TIMEOUT)),
-            UpstreamProtocol::H2c => Via::H2(H2Upstream::new(authority, CONNECT_TIMEOUT, limits.idle_timeout)),
+            UpstreamProtocol::Http1 => Via::H1(H1Upstream::new(authority, UPSTREAM_CONNECT)),
+            UpstreamProtocol::H2c => Via::H2(H2Upstream::new(authority, UPSTREAM_CONNECT, limits.timeouts.idle)),
         };
         Self { via, upstream, limits, class_headers, drain }
     }
@@ -180,7 +180,7 @@ impl Forward {
                 uri.path_and_query = Some(target);
                 match Uri::from_parts(uri) {
                     Ok(uri) => uri,
-                    Err(_) => return ForwardFuture::ready(answer(StatusCode::BAD_REQUEST, "bad-request-target")),
+                    Err(_) => return ForwardFuture::ready(answer(Refusal::BadRequestTarget, grpc)),
                 }
             }
         };
@@ -213,7 +213,8 @@ impl Forward {
         parts.headers.insert(FORWARDED_PROTO, HeaderValue::from_static("http"));
         // Only a body that can carry data (a GET's cannot) can stall, carry trailers and
         // outlast the response: nothing to allocate for the others.
-        let idle = self.limits.idle_timeout;
+        let timeouts = self.limits.timeouts.stream(max);
+        let idle = timeouts.idle;
         let (stalled, hand_off, body) = if http_body::Body::is_end_stream(&body) {
             (None, None, Upload::new(IdleBody::new(body, idle, None), None, None))
         } else {
@@ -227,25 +228,10 @@ impl Forward {
             Via::H1(h1) => Pending::H1(Box::pin(Arc::clone(h1).send(req))),
             Via::H2(h2) => Pending::H2(Box::pin(Arc::clone(h2).send(req))),
         };
-        let timeout = Some(self.limits.response_timeout).filter(|t| !t.is_zero());
-        let head = match (timeout, max) {
-            (Some(t), Some(m)) => Some(t.min(m)),
-            (t, m) => t.or(m),
-        };
-        let deadline = head.map(|d| Box::pin(tokio::time::sleep(d)));
-        let end = max.map(|m| tokio::time::Instant::now() + m);
+        let deadline = timeouts.response_headers.map(|d| Box::pin(tokio::time::sleep(d)));
         ForwardFuture {
             hand_off,
-            state: State::Waiting {
-                inner,
-                inbound,
-                drain: self.drain.clone(),
-                deadline,
-                stalled,
-                grpc,
-                idle: self.limits.idle_timeout,
-                end,
-            },
+            state: State::Waiting { inner, inbound, drain: self.drain.clone(), deadline, stalled, grpc, timeouts },
         }
     }
 
@@ -283,22 +269,22 @@ enum Pending {
 }
 
 impl Pending {
-    /// The response, or whether the failure was to connect.
-    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<Response<UpstreamBody>, bool>> {
+    /// The response, or why there is none.
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<Response<UpstreamBody>, UpstreamFailure>> {
         let failed = |e: &dyn std::error::Error| tracing::debug!(error = %e, "upstream failed");
         match self {
             Pending::H1(f) => f.as_mut().poll(cx).map(|r| match r {
                 Ok(res) => Ok(res.map(Either::Left)),
                 Err(e) => {
                     failed(&e);
-                    Err(e.is_connect())
+                    Err(e.failure())
                 }
             }),
             Pending::H2(f) => f.as_mut().poll(cx).map(|r| match r {
                 Ok(res) => Ok(res.map(Either::Right)),
                 Err(e) => {
                     failed(&e);
-                    Err(e.is_connect())
+                    Err(e.failure())
                 }
             }),
         }
@@ -315,9 +301,7 @@ enum State {
         /// Raised by the request body when the client stopped sending it.
         stalled: Option<Arc<AtomicBool>>,
         grpc: bool,
-        idle: Duration,
-        /// The class's maximum duration ends here, body included.
-        end: Option<tokio::time::Instant>,
+        timeouts: StreamTimeouts,
     },
     Ready(Option<Response<ProxyBody>>),
 }
@@ -325,6 +309,11 @@ enum State {
 impl ForwardFuture {
     fn ready(res: Response<ProxyBody>) -> Self {
         ForwardFuture { state: State::Ready(Some(res)), hand_off: None }
+    }
+
+    /// The proxy's own answer, nothing forwarded.
+    pub(super) fn refused(refusal: Refusal, grpc: bool) -> Self {
+        Self::ready(answer(refusal, grpc))
     }
 }
 
@@ -346,30 +335,29 @@ impl Future for ForwardFuture {
 impl ForwardFuture {
     fn answer(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Response<ProxyBody>, Infallible>> {
         // Every field is Unpin (the client's future is boxed).
-        let (inner, inbound, drain, deadline, stalled, grpc, idle, end) = match &mut self.state {
+        let (inner, inbound, drain, deadline, stalled, grpc, timeouts) = match &mut self.state {
             State::Ready(res) => {
-                return Poll::Ready(Ok(res.take().unwrap_or_else(|| answer(StatusCode::BAD_GATEWAY, "upstream"))))
+                return Poll::Ready(Ok(res.take().unwrap_or_else(|| answer(Refusal::Upstream, false))))
             }
-            State::Waiting { inner, inbound, drain, deadline, stalled, grpc, idle, end } => {
-                (inner, inbound, drain, deadline, stalled, *grpc, *idle, *end)
+            State::Waiting { inner, inbound, drain, deadline, stalled, grpc, timeouts } => {
+                (inner, inbound, drain, deadline, stalled, *grpc, *timeouts)
             }
         };
         let mut res = match inner.poll(cx) {
             Poll::Ready(Ok(res)) => res,
-            Poll::Ready(Err(connect)) => {
-                if stalled.as_ref().is_some_and(|s| s.load(Ordering::Relaxed)) {
-                    let mut res = answer(StatusCode::REQUEST_TIMEOUT, "request-body-idle");
-                    res.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
-                    return Poll::Ready(Ok(res));
-                }
-                let reason = if connect { "upstream-connect" } else { "upstream" };
-                return Poll::Ready(Ok(answer(StatusCode::BAD_GATEWAY, reason)));
+            Poll::Ready(Err(failure)) => {
+                let refusal = if stalled.as_ref().is_some_and(|s| s.load(Ordering::Relaxed)) {
+                    Refusal::RequestBodyIdle
+                } else {
+                    failure.refusal()
+                };
+                return Poll::Ready(Ok(answer(refusal, grpc)));
             }
             Poll::Pending => {
                 if let Some(deadline) = deadline {
                     ready!(deadline.as_mut().poll(cx));
                     // Dropping the client's future (with this state) cancels the upstream request.
-                    return Poll::Ready(Ok(timed_out(grpc)));
+                    return Poll::Ready(Ok(answer(Refusal::UpstreamTimeout, grpc)));
                 }
                 return Poll::Pending;
             }
@@ -380,40 +368,27 @@ impl ForwardFuture {
         *res.version_mut() = Version::HTTP_11;
         let upgraded = res.status() == StatusCode::SWITCHING_PROTOCOLS;
         match inbound.take() {
-            Some(inbound) if upgraded => splice(inbound, &mut res, drain.clone(), idle, end),
+            Some(inbound) if upgraded => splice(inbound, &mut res, drain.clone(), timeouts),
             // A 101 to a request that was not tunnelled would leave both sides speaking different protocols.
-            None if upgraded => return Poll::Ready(Ok(answer(StatusCode::BAD_GATEWAY, "upstream-upgrade"))),
+            None if upgraded => return Poll::Ready(Ok(answer(Refusal::UpstreamUpgrade, grpc))),
             _ if from_h2 => {}
             _ => strip_hop_by_hop(res.headers_mut(), false),
         }
+        let (idle, end) = (timeouts.idle, timeouts.response_end);
         Poll::Ready(Ok(res.map(|body| Either::Left(IdleBody::new(body, idle, None).until(end)))))
     }
 }
 
-/// The answer to a request whose upstream did not answer within `--response-timeout`.
-fn timed_out(grpc: bool) -> Response<ProxyBody> {
-    if !grpc {
-        return answer(StatusCode::GATEWAY_TIMEOUT, "upstream-timeout");
-    }
-    // gRPC reads its status from a trailers-only response: DEADLINE_EXCEEDED.
-    let mut res = answer(StatusCode::OK, "upstream-timeout");
-    let headers = res.headers_mut();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
-    headers.insert(HeaderName::from_static("grpc-status"), HeaderValue::from_static("4"));
-    headers.insert(HeaderName::from_static("grpc-message"), HeaderValue::from_static("bulkhead: upstream timeout"));
-    res
-}
-
 /// Join the client's and the upstream's upgraded connections, holding the
 /// request's permit (sent through [`HoldPermit`]) until either side closes,
-/// the tunnel idles out, or the class's maximum duration (`end`) passes.
+/// the tunnel idles out, or the class's maximum duration passes.
 fn splice(
     inbound: hyper::upgrade::OnUpgrade,
     res: &mut Response<UpstreamBody>,
     drain: watch::Receiver<()>,
-    idle: Duration,
-    end: Option<tokio::time::Instant>,
+    timeouts: StreamTimeouts,
 ) {
+    let (idle, end) = (timeouts.idle, timeouts.response_end);
     let outbound = hyper::upgrade::on(&mut *res);
     let (holder, rx) = HoldPermit::new();
     res.extensions_mut().insert(holder);
@@ -433,88 +408,9 @@ fn splice(
     });
 }
 
-/// A response the proxy makes itself, naming why.
-fn answer(status: StatusCode, reason: &'static str) -> Response<ProxyBody> {
-    let mut res = Response::new(Either::Right(Empty::new()));
-    *res.status_mut() = status;
-    res.headers_mut().insert(REASON_HEADER, HeaderValue::from_static(reason));
-    res
-}
-
-fn is_upgrade(headers: &HeaderMap) -> bool {
-    headers.contains_key(header::UPGRADE) && connection_tokens(headers).any(|t| t.eq_ignore_ascii_case("upgrade"))
-}
-
-fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = &str> {
-    headers.get_all(header::CONNECTION).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(',')).map(str::trim)
-}
-
-const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
-const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
-
-/// Remove what concerns one connection only (RFC 9110 7.6.1); keep the
-/// Upgrade handshake when splicing, and `te: trailers`, which gRPC needs.
-fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {
-    // Most messages carry none: one pass over the names costs less than a
-    // hashed lookup for each (a Connection header is what can name others).
-    let hop_by_hop = [
-        header::CONNECTION,
-        header::UPGRADE,
-        KEEP_ALIVE,
-        PROXY_CONNECTION,
-        header::TRANSFER_ENCODING,
-        header::PROXY_AUTHORIZATION,
-        header::TE,
-    ];
-    if !headers.keys().any(|name| hop_by_hop.contains(name)) {
-        return;
-    }
-    if headers.contains_key(header::CONNECTION) {
-        let named: Vec<HeaderName> = connection_tokens(headers)
-            .filter(|t| !t.eq_ignore_ascii_case("upgrade") && !t.eq_ignore_ascii_case("close"))
-            .filter(|t| !t.eq_ignore_ascii_case("keep-alive"))
-            // Host is for every recipient (RFC 9110 7.6.1 forbids naming it): naming it must
-            // not swap the client's host for the upstream's address.
-            .filter(|t| !t.eq_ignore_ascii_case("host"))
-            .filter_map(|t| HeaderName::from_str(t).ok())
-            .collect();
-        for name in named {
-            headers.remove(name);
-        }
-        if upgrade {
-            // Only the handshake goes on: the client's other tokens would have the next
-            // proxy remove fields (the class header among them) this one set.
-            headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-        } else {
-            headers.remove(header::CONNECTION);
-        }
-    }
-    if !upgrade {
-        headers.remove(header::UPGRADE);
-    }
-    headers.remove(KEEP_ALIVE);
-    headers.remove(PROXY_CONNECTION);
-    headers.remove(header::TRANSFER_ENCODING);
-    headers.remove(header::PROXY_AUTHORIZATION);
-    if headers.get(header::TE).is_some_and(|v| v != "trailers") {
-        headers.remove(header::TE);
-    }
-}
-
-const FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-const FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
-
-fn append_forwarded_for(headers: &mut HeaderMap, peer: &HeaderValue) {
-    match headers.get(&FORWARDED_FOR).map(|v| [v.as_bytes(), b", ", peer.as_bytes()].concat()) {
-        Some(joined) => {
-            if let Ok(v) = HeaderValue::from_bytes(&joined) {
-                headers.insert(FORWARDED_FOR, v);
-            }
-        }
-        None => {
-            headers.insert(FORWARDED_FOR, peer.clone());
-        }
-    }
+/// A response the proxy makes itself, with an empty body.
+fn answer(refusal: Refusal, grpc: bool) -> Response<ProxyBody> {
+    refusal.response(grpc).map(|()| Either::Right(Empty::new()))
 }
 
 #[cfg(test)]
@@ -528,28 +424,5 @@ mod tests {
         assert!("https://x:1".parse::<Upstream>().is_err());
         assert!("http://x:1/api".parse::<Upstream>().is_err());
         assert!("x:1".parse::<Upstream>().is_err());
-    }
-
-    #[test]
-    fn hop_by_hop_headers_go_and_end_to_end_ones_stay() {
-        let mut h = HeaderMap::new();
-        for (k, v) in [
-            ("connection", "keep-alive, x-private"),
-            ("x-private", "1"),
-            ("keep-alive", "timeout=5"),
-            ("transfer-encoding", "chunked"),
-            ("te", "trailers"),
-            ("upgrade", "websocket"),
-            ("x-class", "search"),
-        ] {
-            h.insert(HeaderName::from_static(k), HeaderValue::from_static(v));
-        }
-        strip_hop_by_hop(&mut h, false);
-        let mut left: Vec<_> = h.keys().map(|k| k.as_str()).collect();
-        left.sort_unstable();
-        assert_eq!(left, ["te", "x-class"]);
-        append_forwarded_for(&mut h, &HeaderValue::from_static("10.0.0.1"));
-        append_forwarded_for(&mut h, &HeaderValue::from_static("127.0.0.1"));
-        assert_eq!(h["x-forwarded-for"], "10.0.0.1, 127.0.0.1");
     }
 }

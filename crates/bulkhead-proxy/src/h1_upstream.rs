@@ -5,7 +5,7 @@
 //! scheme and host, hashed byte by byte with SipHash at every checkout and
 //! return, and a task that waits for each connection to be ready again; that
 //! was about a tenth of an HTTP/1.1 request's instructions (docs/benchmarks.md).
-//! A connection idle past `IDLE_TIMEOUT` is closed by a reaper task even when
+//! A connection idle past `UPSTREAM_IDLE` is closed by a reaper task even when
 //! no request comes to look at it, as HAProxy purges its idle server
 //! connections: a quiet proxy does not hold an upstream's sockets for ever.
 
@@ -25,8 +25,9 @@ use hyper::{body::Incoming, client::conn::http1::SendRequest};
 use hyper_util::rt::TokioIo;
 
 use super::{
-    dial::{dial, DialError},
+    dial::{dial, DialError, UpstreamFailure},
     head::copy_head,
+    timeouts::UPSTREAM_IDLE,
     upload::Upload,
 };
 
@@ -37,8 +38,6 @@ type Outgoing = Either<ClientBody, Empty<Bytes>>;
 
 /// Idle connections kept at most; past it the oldest is closed.
 const MAX_IDLE: usize = 512;
-/// An idle connection older than this is closed instead of used (hyper-util's default).
-const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// Idle connections looked at in one checkout before making a new one.
 const CHECKOUT_SCAN: usize = 4;
 /// The reaper looks this many times per idle timeout: a connection closes
@@ -57,8 +56,11 @@ pub(super) enum H1Error {
 }
 
 impl H1Error {
-    pub(super) fn is_connect(&self) -> bool {
-        matches!(self, H1Error::Dial(_) | H1Error::Handshake(_))
+    pub(super) fn failure(&self) -> UpstreamFailure {
+        match self {
+            H1Error::Dial(_) | H1Error::Handshake(_) => UpstreamFailure::Connect,
+            H1Error::Request(_) => UpstreamFailure::Exchange,
+        }
     }
 }
 
@@ -90,7 +92,7 @@ impl std::fmt::Debug for H1Upstream {
 
 impl H1Upstream {
     pub(super) fn new(authority: Authority, connect_timeout: Duration) -> Arc<Self> {
-        Self::with_idle_timeout(authority, connect_timeout, IDLE_TIMEOUT)
+        Self::with_idle_timeout(authority, connect_timeout, UPSTREAM_IDLE)
     }
 
     fn with_idle_timeout(authority: Authority, connect_timeout: Duration, idle_timeout: Duration) -> Arc<Self> {

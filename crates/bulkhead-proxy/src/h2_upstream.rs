@@ -17,11 +17,12 @@ use http::{uri::Authority, Request, Response};
 use http_body::{Body, Frame, SizeHint};
 
 use super::{
-    dial::{dial, DialError},
+    dial::{dial, DialError, UpstreamFailure},
     h2_pool::{H2Pool, Picked, StreamSlot, CONNECTION_WINDOW, MAX_CONNECTIONS, STREAMS_PER_CONNECTION, STREAM_WINDOW},
     head::copy_head,
     idle::BoxError,
     replay::{ReplayBudget, Replayable, REPLAY_BUDGET},
+    timeouts::PIPE_END,
 };
 
 /// Why a request could not be sent or answered.
@@ -40,8 +41,11 @@ pub(super) enum H2Error {
 }
 
 impl H2Error {
-    pub(super) fn is_connect(&self) -> bool {
-        matches!(self, H2Error::Dial(_) | H2Error::Handshake(_) | H2Error::Settings)
+    pub(super) fn failure(&self) -> UpstreamFailure {
+        match self {
+            H2Error::Dial(_) | H2Error::Handshake(_) | H2Error::Settings => UpstreamFailure::Connect,
+            H2Error::Stream(_) | H2Error::NoConnection => UpstreamFailure::Exchange,
+        }
     }
 }
 
@@ -318,9 +322,6 @@ impl H2Upstream {
 /// the next connection's limit, and a bound stops an upstream that refuses
 /// everything from keeping a request for ever.
 const UNPROCESSED_RETRIES: u32 = 2;
-
-/// How long a refused stream's pipe may take to give its body back.
-const PIPE_END: Duration = Duration::from_secs(1);
 
 /// Whether the upstream said it never processed the stream (RFC 9113 8.7):
 /// RST_STREAM REFUSED_STREAM, or a GOAWAY whose last stream id is below it

@@ -21,12 +21,9 @@ use tokio::{
     time::{Instant, Sleep},
 };
 
-pub(super) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use super::timeouts::IdleTimeout;
 
-/// Why a body was cut.
-#[derive(Debug, thiserror::Error)]
-#[error("no data for {0:?} (idle timeout)")]
-pub(super) struct IdleTimeout(pub(super) Duration);
+pub(super) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 pin_project! {
     /// A body that fails with [`IdleTimeout`] when no frame comes for `idle`

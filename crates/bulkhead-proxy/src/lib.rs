@@ -19,6 +19,7 @@ mod activity;
 mod admin;
 mod class_headers;
 mod connections;
+mod counted;
 mod dial;
 pub mod duration;
 mod fds;
@@ -27,23 +28,30 @@ mod h1_upstream;
 mod h2_pool;
 mod h2_upstream;
 mod head;
+mod hop_headers;
 mod idle;
 pub mod options;
+mod refusal;
 pub mod reload;
 mod replay;
+mod screen;
 mod server;
+pub mod sidecar;
+mod stack;
 mod stall;
+mod timeouts;
+mod unread;
 mod upload;
 
 // The admission core lives in its own crate, free of Kubernetes; the proxy
 // re-exports its modules so that `proxy::admission::Pool` and the rest keep
 // their paths.
-pub use bulkhead_admission::{admission, classify, layer, metrics, normalize, reject};
+pub use bulkhead_admission::{admission, classify, layer, metrics, normalize, reject, synthetic};
 
 use std::{
     net::SocketAddr,
     sync::{atomic::Ordering, Arc},
-    time::{Duration, Instant},
+    time::Instant,
 };
 
 use tokio::{net::TcpListener, sync::watch};
@@ -53,7 +61,9 @@ pub use classify::{Classifier, Rule};
 pub use layer::{Admission, AdmissionLayer, Classify, Gate, HoldPermit, PermitBody};
 pub use metrics::{PoolCollector, ProxyMetrics};
 pub use options::{ProxyArgs, Route};
+pub use refusal::Refusal;
 pub use reject::Rejector;
+pub use sidecar::SidecarArgs;
 
 /// Why the proxy could not start (or stopped).
 #[derive(Debug, thiserror::Error)]
@@ -112,9 +122,6 @@ fn plan(args: &ProxyArgs) -> Result<Vec<Plan>, ProxyError> {
     Ok(plans)
 }
 
-/// A probe or a scrape sends its head at once: an admin connection waits at most this for it.
-const ADMIN_HEAD_TIMEOUT: Duration = Duration::from_secs(5);
-
 /// Run the proxy until SIGTERM (or SIGINT), then drain and return.
 pub async fn run(args: ProxyArgs) -> Result<(), ProxyError> {
     let plans = plan(&args)?;
@@ -140,20 +147,14 @@ pub async fn run(args: ProxyArgs) -> Result<(), ProxyError> {
 
     let (stop_tx, stop) = watch::channel(false);
     let (drain_tx, drain) = watch::channel(());
-    let builder = Arc::new(server::http_builder(args.header_timeout));
+    let timeouts = timeouts::Timeouts::new(&args);
+    let builder = Arc::new(server::http_builder(timeouts.header));
     let limits = forward::Limits {
-        response_timeout: args.response_timeout,
-        idle_timeout: args.idle_timeout,
+        timeouts,
         allow_upgrade: args.allow_upgrade.iter().map(|p| p.to_ascii_lowercase()).collect(),
     };
-    let admin_limits =
-        admin::AdminLimits { connections: args.admin_connections, head: args.header_timeout.min(ADMIN_HEAD_TIMEOUT) };
-    let accept = server::Accept {
-        connections,
-        first_byte: args.header_timeout,
-        idle: args.idle_timeout,
-        unread: activity::UnreadBudget::new(args.max_unread_responses),
-    };
+    let admin_limits = admin::AdminLimits { connections: args.admin_connections, head: timeouts.admin_head() };
+    let accept = server::Accept { connections, timeouts, unread: unread::UnreadBudget::new(args.max_unread_responses) };
     // Without --class-header-from only loopback peers may name a class by header.
     let trusted = args.class_header_from.clone().unwrap_or_else(options::Cidr::loopback);
     let class_header_from: Option<Arc<[options::Cidr]>> = Some(Arc::from(trusted));
@@ -171,15 +172,11 @@ pub async fn run(args: ProxyArgs) -> Result<(), ProxyError> {
         let tcp = TcpListener::bind(plan.addr).await.map_err(|source| ProxyError::Bind { addr: plan.addr, source })?;
         tracing::info!(listen = %plan.addr, upstream = %plan.upstream, classify = ?plan.classifier, "listening");
         let class_headers = Arc::new(class_headers::ClassHeaders::new(&plan.classifier));
-        let forward = forward::Forward::new(
-            plan.upstream,
-            args.upstream_protocol,
-            limits.clone(),
-            Arc::clone(&class_headers),
-            drain.clone(),
-        );
-        let gate = Gate::new(Arc::clone(&pool), plan.classifier, rejector.clone());
-        let listener = server::Listener::new(gate, forward, class_headers, class_header_from.clone());
+        let screen = screen::Screen::new(&plan.classifier, Arc::clone(&class_headers), class_header_from.clone());
+        let forward =
+            forward::Forward::new(plan.upstream, args.upstream_protocol, limits.clone(), class_headers, drain.clone());
+        let admission = AdmissionLayer::with_rejector(Arc::clone(&pool), plan.classifier, rejector.clone());
+        let listener = stack::Listener::new(screen, admission, forward);
         bound.push((tcp, Arc::new(listener)));
     }
     for (tcp, listener) in bound {
@@ -213,13 +210,13 @@ pub async fn run(args: ProxyArgs) -> Result<(), ProxyError> {
     tracing::info!(admin = %args.admin, generation = pool.generation(), "proxy ready");
 
     let signal = terminated().await;
-    tracing::info!(signal, drain_timeout = ?args.drain_timeout, "stopping: no new connections, draining in-flight requests");
+    tracing::info!(signal, drain_timeout = ?timeouts.drain, "stopping: no new connections, draining in-flight requests");
     admin.draining.store(true, Ordering::Relaxed);
     let started = Instant::now();
     let _ = stop_tx.send(true);
     let in_flight =
         || pool.snapshot().classes.iter().map(|c| u64::from(c.floor_in_use + c.surplus_in_use)).sum::<u64>();
-    match tokio::time::timeout(args.drain_timeout, drain_tx.closed()).await {
+    match tokio::time::timeout(timeouts.drain, drain_tx.closed()).await {
         Ok(()) => tracing::info!(took = ?started.elapsed(), "drained"),
         Err(_) => tracing::warn!(in_flight = in_flight(), "drain timeout: exiting with requests in flight"),
     }

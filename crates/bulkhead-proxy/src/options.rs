@@ -1,6 +1,7 @@
 //! The command line of `bulkhead proxy`. Scripts outside the repository rely
 //! on `--config-dir --listen --upstream --classify header:NAME --unclassified
-//! --admin` exactly as written.
+//! --admin` exactly as written; the injected sidecar's flags are rendered by
+//! `sidecar::SidecarArgs::argv`, and a pure test parses them here.
 
 use std::{
     net::{SocketAddr, ToSocketAddrs},
@@ -9,12 +10,11 @@ use std::{
     time::Duration,
 };
 
-use crate::duration::{off_or_duration, positive};
 pub use bulkhead_admission::pool_config::Cidr;
+use bulkhead_admission::{admission::Unclassified, classify::Rule};
 
-use super::{
-    admission::Unclassified,
-    classify::Rule,
+use crate::{
+    duration::{off_or_duration, positive},
     forward::{Upstream, UpstreamProtocol},
 };
 

@@ -1,16 +1,9 @@
-//! Listeners: accept, serve HTTP/1.1 and h2c on each connection, admit every
-//! request (every HTTP/2 stream) through the gate, forward the admitted.
+//! Listeners: accept, serve HTTP/1.1 and h2c on each connection, each
+//! request (each HTTP/2 stream) through the listener's stack (`stack`).
 
-use std::{
-    borrow::Cow,
-    convert::Infallible,
-    net::{IpAddr, SocketAddr},
-    sync::Arc,
-    time::Duration,
-};
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
-use http::{header, uri::PathAndQuery, HeaderValue, Method, Request, Response, StatusCode, Uri, Version};
-use hyper::body::Incoming;
+use http::HeaderValue;
 use hyper_util::{
     rt::{TokioExecutor, TokioIo, TokioTimer},
     server::conn::auto,
@@ -18,168 +11,12 @@ use hyper_util::{
 use tokio::{net::TcpListener, sync::watch};
 
 use super::{
-    activity::{Activity, Counted, CountedBody, Stall, UnreadBudget},
-    class_headers::ClassHeaders,
-    classify::{Classifier, Rule},
+    activity::{Activity, Stall},
     connections::Connections,
-    forward::{Forward, ForwardFuture, ProxyBody},
-    layer::{Gate, PermitBody, ResponseFuture},
-    normalize,
-    options::Cidr,
-    reject::REASON_HEADER,
-    stall::Watched,
+    stack::{Conn, Listener},
+    timeouts::Timeouts,
+    unread::UnreadBudget,
 };
-
-/// What one listener does with a request.
-pub(super) struct Listener {
-    pub gate: Gate<Classifier>,
-    pub forward: Forward,
-    /// Peers that may name a class by header; None: any peer.
-    pub class_header_from: Option<Arc<[Cidr]>>,
-    /// The headers that name a class: the classifier's, or x-bulkhead-class.
-    class_headers: Arc<ClassHeaders>,
-    /// Path rules classify: the path is normalised first, and forwarded so.
-    by_path: bool,
-}
-
-impl Listener {
-    pub(super) fn new(
-        gate: Gate<Classifier>,
-        forward: Forward,
-        class_headers: Arc<ClassHeaders>,
-        class_header_from: Option<Arc<[Cidr]>>,
-    ) -> Self {
-        let by_path =
-            matches!(&gate.classify, Classifier::Rules(rules) if rules.iter().any(|r| matches!(r, Rule::Path(_))));
-        Self { gate, forward, class_header_from, class_headers, by_path }
-    }
-
-    /// Refuse what a proxy must not forward or classify (the 400s), and drop
-    /// class headers an untrusted peer sent.
-    fn screen<B>(&self, req: &mut Request<B>, peer: IpAddr) -> Result<(), Response<()>> {
-        // CONNECT would have the upstream open a tunnel to a host the client names.
-        if req.method() == Method::CONNECT {
-            return Err(refuse("connect"));
-        }
-        let mut hosts = req.headers().get_all(header::HOST).iter();
-        let host = hosts.next();
-        // RFC 9112 3.2: an HTTP/1.1 request without exactly one Host is refused, as is a Host
-        // that is not `host[:port]` (a list, user info, a path); so is a target's or
-        // :authority's authority with user info, which would become the upstream's Host.
-        let missing = host.is_none() && req.version() == Version::HTTP_11;
-        let bad_authority = req.uri().authority().is_some_and(|a| !is_host(a.as_str().as_bytes()));
-        if missing || bad_authority || hosts.next().is_some() || host.is_some_and(|h| !is_host(h.as_bytes())) {
-            return Err(refuse("bad-host"));
-        }
-        for name in self.class_headers.names() {
-            // A front proxy that appends the trusted value must not lose to the client's.
-            if req.headers().get_all(name).iter().nth(1).is_some() {
-                return Err(refuse("repeated-class-header"));
-            }
-        }
-        if self.by_path {
-            normalize_path(req)?;
-        }
-        let trusted = self.class_header_from.as_ref().is_none_or(|nets| nets.iter().any(|n| n.contains(peer)));
-        if !trusted {
-            self.class_headers.remove(req.headers_mut());
-        }
-        Ok(())
-    }
-}
-
-/// `host [ ":" port ]` (RFC 9110 7.2): a name or IPv4 address of letters,
-/// digits and `-._~%`, or an IPv6 literal in brackets; then at most one port
-/// of up to five digits. Empty is allowed (a target with no authority). No
-/// allocation: this runs for every request.
-fn is_host(value: &[u8]) -> bool {
-    let (host, port) = match value.strip_prefix(b"[") {
-        Some(literal) => match literal.iter().position(|&c| c == b']') {
-            Some(end) if literal[..end].iter().all(|&c| c.is_ascii_hexdigit() || c == b':' || c == b'.') => {
-                (&[][..], &literal[end + 1..])
-            }
-            _ => return false,
-        },
-        None => match value.iter().position(|&c| c == b':') {
-            Some(colon) => (&value[..colon], &value[colon..]),
-            None => (value, &[][..]),
-        },
-    };
-    let name = host.iter().all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b'~' | b'%'));
-    let port = match port.strip_prefix(b":") {
-        Some(digits) => (1..=5).contains(&digits.len()) && digits.iter().all(u8::is_ascii_digit),
-        None => port.is_empty(),
-    };
-    name && port
-}
-
-/// Rewrite the request's path to its normal form (the upstream then sees the
-/// path the rules matched), or refuse an ambiguous one.
-fn normalize_path<B>(req: &mut Request<B>) -> Result<(), Response<()>> {
-    let path = req.uri().path();
-    let normal = match normalize::normalize(path) {
-        Ok(Cow::Borrowed(_)) => return Ok(()),
-        Ok(Cow::Owned(normal)) => normal,
-        Err(_) => return Err(refuse("ambiguous-path")),
-    };
-    let target = match req.uri().query() {
-        Some(q) => format!("{normal}?{q}"),
-        None => normal,
-    };
-    let mut parts = req.uri().clone().into_parts();
-    parts.path_and_query = Some(PathAndQuery::try_from(target).map_err(|_| refuse("ambiguous-path"))?);
-    *req.uri_mut() = Uri::from_parts(parts).map_err(|_| refuse("ambiguous-path"))?;
-    Ok(())
-}
-
-/// A 400 the proxy answers itself; the connection is closed after it.
-fn refuse(reason: &'static str) -> Response<()> {
-    let mut res = Response::new(());
-    *res.status_mut() = StatusCode::BAD_REQUEST;
-    let headers = res.headers_mut();
-    headers.insert(REASON_HEADER, HeaderValue::from_static(reason));
-    headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
-    headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
-    res
-}
-
-/// One connection's service: the listener plus the peer, for x-forwarded-for,
-/// and the requests in flight, for the connection's idle timer.
-struct Conn {
-    listener: Arc<Listener>,
-    peer: HeaderValue,
-    peer_ip: IpAddr,
-    activity: Arc<Activity>,
-    /// `--idle-timeout`, for response bodies the client stops reading.
-    idle: Duration,
-}
-
-impl hyper::service::Service<Request<Incoming>> for Conn {
-    type Response = Response<CountedBody<Watched<PermitBody<ProxyBody>>>>;
-    type Error = Infallible;
-    type Future = Counted<ResponseFuture<ForwardFuture>>;
-
-    fn call(&self, req: Request<Incoming>) -> Self::Future {
-        let http1 = req.version() < Version::HTTP_2;
-        Counted::new(self.admit(req), self.activity.begin(), self.idle, http1)
-    }
-}
-
-impl Conn {
-    fn admit(&self, mut req: Request<Incoming>) -> ResponseFuture<ForwardFuture> {
-        if let Err(refused) = self.listener.screen(&mut req, self.peer_ip) {
-            return ResponseFuture::rejected(refused);
-        }
-        match self.listener.gate.admit(&req) {
-            Ok(permit) => {
-                let forwarded =
-                    self.listener.forward.call(req, &self.peer, permit.class_header(), permit.max_duration());
-                ResponseFuture::admitted(forwarded, permit)
-            }
-            Err(rejection) => ResponseFuture::rejected(rejection),
-        }
-    }
-}
 
 /// Streams one client connection may have open at once: 128, nginx's
 /// default (HAProxy's and Envoy's edge guide: 100). A stream whose response
@@ -222,13 +59,12 @@ pub(super) fn http_builder(header_timeout: Duration) -> auto::Builder<TokioExecu
 }
 
 /// Limits of the accept loop: `--max-connections` (shared by every
-/// listener), the time a new connection has to send its first byte, and how
-/// long it may carry no request (`--idle-timeout`; zero: no limit).
+/// listener), and the connections' deadlines: the first byte, no request,
+/// unread responses.
 #[derive(Clone)]
 pub(super) struct Accept {
     pub connections: Arc<Connections>,
-    pub first_byte: Duration,
-    pub idle: Duration,
+    pub timeouts: Timeouts,
     /// `--max-unread-responses`, shared by every connection.
     pub unread: Arc<UnreadBudget>,
 }
@@ -257,19 +93,14 @@ pub(super) async fn accept(
         };
         let _ = stream.set_nodelay(true);
         let activity = Activity::new(Arc::clone(&limits.unread));
-        let conn = Conn {
-            listener: Arc::clone(&listener),
-            peer: peer_value(peer),
-            peer_ip: peer.ip(),
-            activity: Arc::clone(&activity),
-            idle: limits.idle,
-        };
+        let conn =
+            Conn::new(Arc::clone(&listener), peer_value(peer), peer.ip(), Arc::clone(&activity), limits.timeouts.idle);
         let (builder, mut stop, drain) = (Arc::clone(&builder), stop.clone(), drain.clone());
-        let (first_byte, idle) = (limits.first_byte, limits.idle);
+        let timeouts = limits.timeouts;
         tokio::spawn(async move {
             // hyper-util's protocol detection reads with no timer: a silent connection, or
             // one that sends part of the HTTP/2 preface, is held here for at most this.
-            if tokio::time::timeout(first_byte, detectable(&stream)).await.is_err() {
+            if tokio::time::timeout(timeouts.header, detectable(&stream)).await.is_err() {
                 return;
             }
             let served = builder.serve_connection_with_upgrades(TokioIo::new(stream), conn);
@@ -283,19 +114,18 @@ pub(super) async fn accept(
                 // An HTTP/1.1 response given up on (`stall`): nothing else can use the connection.
                 () = activity.closed() => Ok(()),
                 // Responses wait and the client takes nothing of them: streams hyper holds for
-                // window end only with the connection. Twice the idle timeout, so that the
-                // watchdog gives up a stalled stream first and the connection's others go on.
-                stall = stalled_for(&activity, idle) => {
+                // window end only with the connection (`Timeouts::stall`).
+                stall = stalled_for(&activity, timeouts.stall()) => {
                     tracing::debug!(%peer, ?stall, "responses unread for twice the idle timeout: closed");
                     if stall == Stall::All {
                         Ok(())
                     } else {
                         // Other requests go on: GOAWAY, and they have one idle timeout to end.
                         served.as_mut().graceful_shutdown();
-                        tokio::time::timeout(idle, served.as_mut()).await.unwrap_or(Ok(()))
+                        tokio::time::timeout(timeouts.idle, served.as_mut()).await.unwrap_or(Ok(()))
                     }
                 }
-                () = idle_for(&activity, idle) => {
+                () = idle_for(&activity, timeouts.idle) => {
                     // HTTP/2: GOAWAY, then close; nothing is in flight to wait for.
                     served.as_mut().graceful_shutdown();
                     served.await
@@ -340,12 +170,12 @@ async fn detectable(stream: &tokio::net::TcpStream) {
     }
 }
 
-/// Never resolves when `idle` is zero.
-async fn stalled_for(activity: &Activity, idle: Duration) -> Stall {
-    if idle.is_zero() {
+/// Never resolves when `stall` is zero.
+async fn stalled_for(activity: &Activity, stall: Duration) -> Stall {
+    if stall.is_zero() {
         return std::future::pending().await;
     }
-    activity.stalled_for(idle.saturating_mul(2)).await
+    activity.stalled_for(stall).await
 }
 
 /// Never resolves when `idle` is zero.
@@ -363,20 +193,4 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
 fn peer_value(peer: SocketAddr) -> HeaderValue {
     // An IP address is always a valid header value.
     HeaderValue::from_str(&peer.ip().to_string()).unwrap_or(HeaderValue::from_static("unknown"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::is_host;
-
-    #[test]
-    fn a_host_is_a_name_or_address_and_at_most_one_port() {
-        for good in ["shop", "shop.example:8080", "10.0.0.1:80", "[::1]:8443", "[fe80::1]", "my_host", ""] {
-            assert!(is_host(good.as_bytes()), "{good}");
-        }
-        for bad in ["a, b", "a,b:1:2", "user@shop", "u:p@evil.example", "shop/x", "shop:", "shop:123456", "[::1", "[x]"]
-        {
-            assert!(!is_host(bad.as_bytes()), "{bad}");
-        }
-    }
 }

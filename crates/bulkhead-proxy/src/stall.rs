@@ -37,7 +37,7 @@ use futures::task::AtomicWaker;
 use http_body::{Body, Frame, SizeHint};
 use tokio::{sync::Notify, task::AbortHandle, time::Instant};
 
-use super::idle::{BoxError, IdleTimeout};
+use super::{idle::BoxError, timeouts::IdleTimeout};
 
 /// The largest data frame handed to hyper: HTTP/2's default frame size.
 const SLICE: usize = 16 << 10;

@@ -17,8 +17,9 @@ use hyper::body::Incoming;
 use pin_project_lite::pin_project;
 use tokio::sync::oneshot;
 
+use bulkhead_admission::admission::Permit;
+
 use super::{
-    admission::Permit,
     class_headers::ClassHeaders,
     idle::{BoxError, IdleBody},
 };
