@@ -18,6 +18,7 @@ use k8s_openapi::api::{
     autoscaling::v1::HorizontalPodAutoscaler,
     core::v1::{ConfigMap, Endpoints, Namespace, Node, Pod, ResourceQuota, Service},
     discovery::v1::EndpointSlice,
+    networking::v1::NetworkPolicy,
     node::v1::RuntimeClass,
     scheduling::v1::PriorityClass,
 };
@@ -152,7 +153,8 @@ impl SharedSnapshot {
 }
 
 /// Kinds the operator writes or marks; cleanup waits for these watches only.
-const CHILD_KINDS: [&str; 6] = ["ConfigMap", "ResourceQuota", "PriorityClass", "Node", "Deployment", "StatefulSet"];
+const CHILD_KINDS: [&str; 7] =
+    ["ConfigMap", "ResourceQuota", "NetworkPolicy", "PriorityClass", "Node", "Deployment", "StatefulSet"];
 
 /// Start every watch; they run until the process ends.
 pub(super) fn start(client: &Client) -> Arc<SharedSnapshot> {
@@ -165,6 +167,7 @@ pub(super) fn start(client: &Client) -> Arc<SharedSnapshot> {
     spawn::<HorizontalPodAutoscaler>(Api::all(client.clone()), all.clone(), shared.clone());
     spawn::<ConfigMap>(Api::all(client.clone()), owned.clone(), shared.clone());
     spawn::<ResourceQuota>(Api::all(client.clone()), owned.clone(), shared.clone());
+    spawn::<NetworkPolicy>(Api::all(client.clone()), owned.clone(), shared.clone());
     spawn::<PriorityClass>(Api::all(client.clone()), owned, shared.clone());
     // What the layer audit reads.
     spawn::<Node>(Api::all(client.clone()), all.clone(), shared.clone());
