@@ -606,3 +606,94 @@ async fn an_object_of_the_same_name_made_by_someone_else_is_not_taken_over() {
     assert_eq!(cm.data.and_then(|d| d.get("mine").cloned()).as_deref(), Some("yes"), "their ConfigMap is untouched");
     assert!(!cm.metadata.labels.unwrap_or_default().contains_key("bulkhead.dev/bulkhead"));
 }
+
+/// spec.workload.proxy.networkPolicy on the real API server: the policy it
+/// holds admits only the sidecar's ports, nothing is written at rest, and
+/// unsetting the field and deleting the Bulkhead each remove exactly it.
+/// The test nodes' CNI enforces no NetworkPolicy: the object is what is
+/// checked, never a dropped packet.
+#[tokio::test]
+async fn a_network_policy_admits_only_the_sidecars_ports_and_is_withdrawn_exactly() {
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    let (cp, _) = started();
+    let client = cp.client().await;
+    let ns = TestNamespace::new("core-netpol", &[]).await;
+    cp.apply_yaml(&deployment_yaml(&ns.name, "api", 1));
+    // A policy someone else made in the same namespace.
+    cp.apply_yaml(&format!(
+        "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {{name: theirs, namespace: {}}}\n\
+         spec: {{podSelector: {{}}, policyTypes: [Ingress]}}\n",
+        ns.name
+    ));
+    let name = format!("netpol-{}", unique_suffix());
+    let proxy = "{port: 8081, upstreamPort: 8080, metricsAddress: '0.0.0.0:9902', networkPolicy: {extraPorts: [9090]}}";
+    cp.apply_yaml(&bulkhead_yaml(
+        &name,
+        "Dependency",
+        "{resource: connections, capacity: 100}",
+        &format!(
+            "  workload: {{namespace: {}, selector: {{matchLabels: {{app: api}}}}, proxy: {proxy}}}\n  classes:\n  \
+             - {{name: checkout, reserved: 60}}\n  - {{name: ops, reserved: 10, critical: true}}\n",
+            ns.name
+        ),
+    ));
+    wait_condition(&client, &name, "Ready", "True").await;
+    let policies: Api<NetworkPolicy> = Api::namespaced(client.clone(), &ns.name);
+    let ours = format!("bulkhead-{name}");
+    let policy = wait_for("the NetworkPolicy", SETTLE, || async { policies.get_opt(&ours).await.ok().flatten() }).await;
+    let v = serde_json::to_value(&policy).expect("serialises");
+    assert_eq!(v["spec"]["podSelector"], json!({"matchLabels": {"app": "api"}}));
+    assert_eq!(v["spec"]["policyTypes"], json!(["Ingress"]));
+    // From anywhere, to the proxy, the probes, the metrics and the extra port; never 8080.
+    let tcp = |port: u16| json!({"port": port, "protocol": "TCP"});
+    assert_eq!(v["spec"]["ingress"], json!([{"ports": [tcp(8081), tcp(9901), tcp(9902), tcp(9090)]}]));
+    assert_eq!(v["metadata"]["labels"]["bulkhead.dev/bulkhead"], json!(name));
+    let owner = &v["metadata"]["ownerReferences"][0];
+    assert_eq!((owner["kind"].as_str(), owner["name"].as_str()), (Some("Bulkhead"), Some(name.as_str())));
+
+    // At rest: the policy the server holds is the one planned, so nothing is written.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let rv = |p: &NetworkPolicy| p.metadata.resource_version.clone().unwrap_or_default();
+    let before = rv(&policies.get(&ours).await.expect("policy"));
+    let since = audit::now_rfc3339();
+    cp.kubectl(&["label", "namespace", &ns.name, "touched=yes"]);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(rv(&policies.get(&ours).await.expect("policy")), before, "the policy was rewritten at rest");
+    let writes: Vec<_> = audit::writes_by(&cp.dir, support::operator::USER, &since)
+        .into_iter()
+        .filter(|w| w.uri.contains("/networkpolicies"))
+        .collect();
+    assert!(writes.is_empty(), "the operator wrote policies at rest: {writes:#?}");
+
+    // The field unset: the policy goes, the sidecar stays.
+    cp.kubectl(&[
+        "patch",
+        "bulkhead",
+        &name,
+        "--type=json",
+        "-p",
+        r#"[{"op": "remove", "path": "/spec/workload/proxy/networkPolicy"}]"#,
+    ]);
+    wait_for("the policy withdrawn", SETTLE, || async { policies.get_opt(&ours).await.ok()?.is_none().then_some(()) })
+        .await;
+    let deployment = Api::<Deployment>::namespaced(client.clone(), &ns.name).get("api").await.expect("api");
+    let containers = deployment.spec.and_then(|s| s.template.spec).map(|s| s.containers).unwrap_or_default();
+    assert!(containers.iter().any(|c| c.name == "bulkhead-proxy"), "the sidecar stays");
+
+    // Set again, then the Bulkhead deleted: it goes with the Bulkhead, theirs stays.
+    cp.kubectl(&[
+        "patch",
+        "bulkhead",
+        &name,
+        "--type=merge",
+        "-p",
+        r#"{"spec": {"workload": {"proxy": {"networkPolicy": {}}}}}"#,
+    ]);
+    wait_for("the policy back", SETTLE, || async { policies.get_opt(&ours).await.ok().flatten() }).await;
+    cp.kubectl(&["delete", "bulkhead", &name, "--timeout=30s"]);
+    wait_for("the policy deleted with the Bulkhead", SETTLE, || async {
+        policies.get_opt(&ours).await.ok()?.is_none().then_some(())
+    })
+    .await;
+    assert!(policies.get("theirs").await.is_ok(), "someone else's policy stays");
+}

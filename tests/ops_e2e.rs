@@ -313,6 +313,7 @@ fn least_privilege_is_exact(cp: &ControlPlane) {
         ("bulkheads.bulkhead.dev/finalizers", "", "update"),
         ("configmaps", "", "get list watch create patch delete"),
         ("resourcequotas", "", "get list watch create patch delete"),
+        ("networkpolicies.networking.k8s.io", "", "get list watch create patch delete"),
         ("priorityclasses.scheduling.k8s.io", "", "get list watch create patch delete"),
         ("deployments.apps", "", "get list watch patch"),
         ("statefulsets.apps", "", "get list watch patch"),

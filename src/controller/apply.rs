@@ -7,6 +7,7 @@
 use k8s_openapi::api::{
     apps::v1::{Deployment, StatefulSet},
     core::v1::{ConfigMap, Node, ResourceQuota},
+    networking::v1::NetworkPolicy,
     scheduling::v1::PriorityClass,
 };
 use kube::{
@@ -118,6 +119,15 @@ pub(super) async fn apply_changes(
                 metrics.record_write(kind.as_str(), "withdraw");
             }
             Change::StampPods { hash, pods } => super::stamp::stamp_pods(client, metrics, hash, pods).await?,
+            Change::ApplyNetworkPolicy(np) => {
+                let (ns, name) = names(&np.metadata)?;
+                apply(Api::<NetworkPolicy>::namespaced(client.clone(), ns), name, np).await?;
+                metrics.record_write("NetworkPolicy", "apply");
+            }
+            Change::DeleteNetworkPolicy(key) => {
+                delete(Api::<NetworkPolicy>::namespaced(client.clone(), &key.namespace), key).await?;
+                metrics.record_write("NetworkPolicy", "delete");
+            }
             Change::ApplyConfigMap(cm) => {
                 let (ns, name) = names(&cm.metadata)?;
                 apply(Api::<ConfigMap>::namespaced(client.clone(), ns), name, cm).await?;

@@ -18,6 +18,7 @@ use k8s_openapi::api::{
     autoscaling::v1::HorizontalPodAutoscaler,
     core::v1::{ConfigMap, Endpoints, Namespace, Node, Pod, ResourceQuota, Service},
     discovery::v1::EndpointSlice,
+    networking::v1::NetworkPolicy,
     node::v1::RuntimeClass,
     scheduling::v1::PriorityClass,
 };
@@ -152,7 +153,21 @@ impl SharedSnapshot {
 }
 
 /// Kinds the operator writes or marks; cleanup waits for these watches only.
-const CHILD_KINDS: [&str; 6] = ["ConfigMap", "ResourceQuota", "PriorityClass", "Node", "Deployment", "StatefulSet"];
+const CHILD_KINDS: [&str; 7] =
+    ["ConfigMap", "ResourceQuota", "NetworkPolicy", "PriorityClass", "Node", "Deployment", "StatefulSet"];
+
+/// Kinds of an optional feature (spec.workload.proxy.networkPolicy) that the
+/// operator may be refused to read: an RBAC older than the binary (an upgrade
+/// that applies the Deployment first), or one that withholds them on purpose.
+/// Refused, such a kind counts as listed and empty, so every other Bulkhead
+/// is still planned; one that asks for the feature gets `ApplyFailed` naming
+/// the refusal. It is listed for real once granted.
+const OPTIONAL_KINDS: [&str; 1] = ["NetworkPolicy"];
+
+/// A list refused by RBAC.
+fn forbidden(error: &watcher::Error) -> bool {
+    matches!(error, watcher::Error::InitialListFailed(kube::Error::Api(s)) if s.code == 403)
+}
 
 /// Start every watch; they run until the process ends.
 pub(super) fn start(client: &Client) -> Arc<SharedSnapshot> {
@@ -165,6 +180,7 @@ pub(super) fn start(client: &Client) -> Arc<SharedSnapshot> {
     spawn::<HorizontalPodAutoscaler>(Api::all(client.clone()), all.clone(), shared.clone());
     spawn::<ConfigMap>(Api::all(client.clone()), owned.clone(), shared.clone());
     spawn::<ResourceQuota>(Api::all(client.clone()), owned.clone(), shared.clone());
+    spawn::<NetworkPolicy>(Api::all(client.clone()), owned.clone(), shared.clone());
     spawn::<PriorityClass>(Api::all(client.clone()), owned, shared.clone());
     // What the layer audit reads.
     spawn::<Node>(Api::all(client.clone()), all.clone(), shared.clone());
@@ -317,10 +333,22 @@ async fn watch<K: Watched>(api: Api<K>, config: watcher::Config, shared: Arc<Sha
     let mut retry = WatchBackoff::default();
     let mut buffer: Option<BTreeMap<K::Key, K::Lean>> = None;
     let mut listed_once = false;
+    // An optional kind refused so far (see `OPTIONAL_KINDS`).
+    let mut refused = false;
     while let Some(event) = stream.next().await {
         let event = match event {
             Ok(event) => event,
             Err(e) => {
+                if !listed_once && OPTIONAL_KINDS.contains(&kind.as_str()) && forbidden(&e) {
+                    listed_once = true;
+                    refused = true;
+                    shared.snapshot.write().await.reset::<K>(BTreeMap::new());
+                    shared.pending.fetch_sub(1, Ordering::AcqRel);
+                    shared.children_pending.fetch_sub(1, Ordering::AcqRel);
+                    // Asked again now and then, not every 5 s: it may be withheld on purpose.
+                    retry = WatchBackoff::with_cap(Duration::from_secs(60));
+                    warn!(%kind, "may not list this kind: planning as if there were none until it is granted");
+                }
                 // The snapshot keeps its last state meanwhile.
                 wait_to_retry(&mut retry, &kind, Failure::of(&e), &e, &shared).await;
                 continue;
@@ -336,6 +364,11 @@ async fn watch<K: Watched>(api: Api<K>, config: watcher::Config, shared: Arc<Sha
             }
             watcher::Event::InitDone => {
                 snapshot.reset::<K>(buffer.take().unwrap_or_default());
+                if refused {
+                    refused = false;
+                    retry = WatchBackoff::default();
+                    info!(%kind, "listed after all: the permission was granted");
+                }
                 if !listed_once {
                     listed_once = true;
                     shared.pending.fetch_sub(1, Ordering::AcqRel);
@@ -395,6 +428,37 @@ mod tests {
 
     fn list(kind: &str, api_version: &str, items: Value) -> Value {
         json!({"kind": format!("{kind}List"), "apiVersion": api_version, "metadata": {"resourceVersion": "7"}, "items": items})
+    }
+
+    /// A watch whose list is answered 403: listed (as empty) only if its kind is optional.
+    async fn refused<K: Watched>() -> Arc<SharedSnapshot> {
+        let (service, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
+        let shared = Arc::new(SharedSnapshot::new());
+        spawn::<K>(Api::all(Client::new(service, "default")), watcher::Config::default(), shared.clone());
+        let (_, send) = handle.next_request().await.expect("the list");
+        let status =
+            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 403, "reason": "Forbidden"});
+        send.send_response(
+            Response::builder().status(403).body(Body::from(status.to_string().into_bytes())).expect("a response"),
+        );
+        // Ready within 2 s, or never: the retries that follow are not answered.
+        for _ in 0..40 {
+            if shared.is_ready() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        shared
+    }
+
+    #[tokio::test]
+    async fn only_an_optional_kind_may_be_refused_without_holding_every_plan_up() {
+        use k8s_openapi::api::{core::v1::ConfigMap, networking::v1::NetworkPolicy};
+        let shared = refused::<NetworkPolicy>().await;
+        assert!(shared.is_ready(), "a refused NetworkPolicy list counts as none");
+        assert!(shared.read().await.network_policies.is_empty());
+        let shared = refused::<ConfigMap>().await;
+        assert!(!shared.is_ready(), "a refused ConfigMap list holds planning: it would delete what it cannot see");
     }
 
     #[tokio::test]

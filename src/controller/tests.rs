@@ -16,6 +16,8 @@ use kube::{
 use serde_json::{json, Value};
 use tower_test::mock;
 
+mod network_policy;
+
 use super::{
     backoff::Backoff,
     enforcement::{Enforcement, EnforcementOptions},

@@ -168,6 +168,23 @@ pub struct ProxySpec {
     /// Image of the sidecar; defaults to the operator's own (the chart's image).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+    /// Ingress only: write a NetworkPolicy that admits traffic to the selected pods only on the
+    /// proxy's port, adminPort and a non-loopback metricsAddress port (plus extraPorts), so nothing
+    /// reaches upstreamPort around the sidecar. `{}` turns it on. Needs a CNI that enforces
+    /// NetworkPolicy; other NetworkPolicies selecting the same pods add to what it admits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_policy: Option<ProxyNetworkPolicy>,
+}
+
+/// The NetworkPolicy in front of the sidecar (spec.workload.proxy.networkPolicy).
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProxyNetworkPolicy {
+    /// Other TCP ports of the pods to admit directly (at most 16), e.g. a gRPC or metrics port
+    /// of the app that the proxy does not front. Never upstreamPort.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16), inner(range(min = 1, max = 65535)), extend("x-kubernetes-list-type" = "set"))]
+    pub extra_ports: Vec<u16>,
 }
 
 /// Where the sidecar stands.

@@ -20,6 +20,7 @@ use k8s_openapi::api::{
     autoscaling::v1::HorizontalPodAutoscaler,
     core::v1::{ConfigMap, Endpoints, Namespace, Node, Pod, ResourceQuota, Service},
     discovery::v1::EndpointSlice,
+    networking::v1::NetworkPolicy,
     node::v1::RuntimeClass,
     scheduling::v1::PriorityClass,
 };
@@ -365,6 +366,7 @@ impl Loader {
             "RuntimeClass" => snapshot.apply(&decode::<RuntimeClass>(as_version(value, "node.k8s.io/v1"))?),
             "ConfigMap" => snapshot.apply(&decode::<ConfigMap>(value)?),
             "ResourceQuota" => snapshot.apply(&decode::<ResourceQuota>(value)?),
+            "NetworkPolicy" => snapshot.apply(&decode::<NetworkPolicy>(value)?),
             "PriorityClass" => snapshot.apply(&decode::<PriorityClass>(as_version(value, "scheduling.k8s.io/v1"))?),
             _ => {}
         }
@@ -379,7 +381,7 @@ fn is_json(path: &Path, text: &str) -> bool {
 }
 
 /// Every kind the planner reads.
-const READ_KINDS: [&str; 14] = [
+const READ_KINDS: [&str; 15] = [
     "Bulkhead",
     "Namespace",
     "Node",
@@ -388,6 +390,7 @@ const READ_KINDS: [&str; 14] = [
     "Endpoints",
     "ConfigMap",
     "ResourceQuota",
+    "NetworkPolicy",
     "Deployment",
     "StatefulSet",
     "HorizontalPodAutoscaler",
@@ -464,6 +467,7 @@ fn expected_group(kind: &str) -> Option<&'static str> {
         "Deployment" | "StatefulSet" => "apps",
         "HorizontalPodAutoscaler" => "autoscaling",
         "EndpointSlice" => "discovery.k8s.io",
+        "NetworkPolicy" => "networking.k8s.io",
         "RuntimeClass" => "node.k8s.io",
         "PriorityClass" => "scheduling.k8s.io",
         _ => return None,

@@ -33,6 +33,7 @@ pub fn plan_report(evaluations: &[Evaluated]) -> PlanReport {
         items.push(json!(e.bulkhead));
         items.extend(e.plan.config_map.iter().map(|cm| json!(cm)));
         items.extend(e.plan.quotas.iter().map(|rq| json!(rq)));
+        items.extend(e.plan.network_policy.policy.iter().map(|np| json!(np)));
         items.extend(e.plan.priority_classes.iter().map(|pc| json!(pc)));
         items.extend(claimed_nodes(&name, &e.plan));
         // Workload patches are partial objects: exactly what would be server-side applied.
@@ -62,6 +63,9 @@ pub fn plan_report(evaluations: &[Evaluated]) -> PlanReport {
         }
         for (tenant, shard) in e.plan.shards.iter().flat_map(|s| &s.shards) {
             summary.push(format!("bulkhead {name}: tenant {tenant} holds shard {}", shard.join(", ")));
+        }
+        if let Some(why) = &e.plan.network_policy.withheld {
+            summary.push(format!("bulkhead {name}: no NetworkPolicy written: {why}"));
         }
         if e.changes.is_empty() {
             summary.push(format!("bulkhead {name}: nothing to change"));

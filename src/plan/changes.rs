@@ -5,6 +5,7 @@
 use k8s_openapi::{
     api::{
         core::v1::{ConfigMap, ResourceQuota},
+        networking::v1::NetworkPolicy,
         scheduling::v1::PriorityClass,
     },
     apimachinery::pkg::api::resource::Quantity,
@@ -44,6 +45,9 @@ pub enum Change {
         hash: String,
         pods: Vec<ObjectKey>,
     },
+    /// After the sidecars it admits traffic to; deleted before they are withdrawn.
+    ApplyNetworkPolicy(NetworkPolicy),
+    DeleteNetworkPolicy(ObjectKey),
     DeleteConfigMap(ObjectKey),
     ApplyQuota(ResourceQuota),
     DeleteQuota(ObjectKey),
@@ -69,6 +73,8 @@ impl std::fmt::Display for Change {
             Change::InjectProxy(p) => write!(f, "inject the proxy into {}", p.describe()),
             Change::WithdrawProxy(kind, key) => write!(f, "withdraw the proxy from {} {key}", kind.as_str()),
             Change::StampPods { hash, pods } => write!(f, "stamp pool config {hash} on {} pod(s)", pods.len()),
+            Change::ApplyNetworkPolicy(np) => write!(f, "apply NetworkPolicy {}", key(&np.metadata)),
+            Change::DeleteNetworkPolicy(k) => write!(f, "delete NetworkPolicy {k}"),
             Change::DeleteConfigMap(k) => write!(f, "delete ConfigMap {k}"),
             Change::ApplyQuota(rq) => write!(f, "apply ResourceQuota {}", key(&rq.metadata)),
             Change::DeleteQuota(k) => write!(f, "delete ResourceQuota {k}"),
@@ -151,13 +157,17 @@ pub fn changes(name: &str, plan: &Plan, snapshot: &Snapshot, withheld: WithheldC
             _ => out.push(Change::ApplyConfigMap(cm.clone())),
         }
     }
-    // Sidecars after the config they mount; withdrawn before it goes.
+    // Sidecars after the config they mount; withdrawn before it goes. The
+    // NetworkPolicy goes before the sidecars and comes after them.
+    let (apply_policy, stale_policies) = network_policy_changes(name, plan, snapshot);
+    out.extend(stale_policies);
     out.extend(plan.proxy.withdrawals.iter().cloned().map(|(kind, key)| Change::WithdrawProxy(kind, key)));
     out.extend(plan.proxy.injections.iter().filter(|i| !i.up_to_date).cloned().map(Change::InjectProxy));
     // After the config they make the kubelets read again.
     if let (Some(hash), false) = (&plan.proxy.config_hash, plan.proxy.stamps.is_empty()) {
         out.push(Change::StampPods { hash: hash.clone(), pods: plan.proxy.stamps.clone() });
     }
+    out.extend(apply_policy);
     // A withheld config (unfunded, namespace missing) leaves the last one in place;
     // a config that moved namespace, or a Bulkhead that dropped its workload, removes it.
     if plan.config_map.is_some() || withheld == WithheldConfig::Remove {
@@ -194,6 +204,30 @@ pub fn changes(name: &str, plan: &Plan, snapshot: &Snapshot, withheld: WithheldC
     }
     out.extend(stale_priority_classes);
     out
+}
+
+/// The NetworkPolicy to apply, if it differs from the one written, and those
+/// of this Bulkhead to delete (none while the plan keeps the last one).
+fn network_policy_changes(name: &str, plan: &Plan, snapshot: &Snapshot) -> (Option<Change>, Vec<Change>) {
+    let desired = plan.network_policy.policy.as_ref();
+    let desired_key = desired.map(|np| ObjectKey::from(&np.metadata));
+    // Only the fields we set: another manager may add an egress rule.
+    let ours = |np: &NetworkPolicy| {
+        np.spec.as_ref().map(|s| (s.pod_selector.clone(), s.policy_types.clone(), s.ingress.clone()))
+    };
+    let apply = desired.filter(|want| {
+        let existing = desired_key.as_ref().and_then(|k| snapshot.network_policies.get(k));
+        !existing.is_some_and(|have| meta_up_to_date(&have.metadata, &want.metadata) && ours(have) == ours(want))
+    });
+    let stale = snapshot
+        .network_policies
+        .iter()
+        .filter(|(key, np)| {
+            !plan.network_policy.keep && made_by(&np.metadata, name) && desired_key.as_ref() != Some(*key)
+        })
+        .map(|(key, _)| Change::DeleteNetworkPolicy(key.clone()))
+        .collect();
+    (apply.cloned().map(Change::ApplyNetworkPolicy), stale)
 }
 
 /// Whether an object carries the label of Bulkhead `name`.
@@ -263,10 +297,23 @@ pub fn teardown(name: &str, snapshot: &Snapshot) -> Vec<Change> {
     // Workloads first: their new pods must not name a PriorityClass that is
     // gone, nor mount a pool config that is gone.
     let withdrawals = placed_by(name, snapshot).into_iter().map(|(kind, key)| Change::WithdrawWorkload(kind, key));
+    // Traffic is admitted to every port again before the sidecars go.
+    let network_policies = snapshot
+        .network_policies
+        .iter()
+        .filter(|(_, np)| ours(&np.metadata))
+        .map(|(k, _)| Change::DeleteNetworkPolicy(k.clone()));
     let sidecars = snapshot
         .workloads
         .iter()
         .filter(|(_, w)| w.proxied_by.contains_key(name))
         .map(|((kind, key), _)| Change::WithdrawProxy(*kind, key.clone()));
-    withdrawals.chain(sidecars).chain(nodes).chain(config_maps).chain(quotas).chain(priority_classes).collect()
+    withdrawals
+        .chain(network_policies)
+        .chain(sidecars)
+        .chain(nodes)
+        .chain(config_maps)
+        .chain(quotas)
+        .chain(priority_classes)
+        .collect()
 }

@@ -7,6 +7,7 @@ mod capacity;
 mod changes;
 mod config_map;
 mod injection;
+mod network_policy;
 mod nodes;
 mod placement;
 mod priority;
@@ -30,6 +31,7 @@ pub use injection::{
     default_proxy_security_context, parse_security_context, proxy_manager, proxy_marker, sidecar_args, ProxyInjection,
     ProxyPlan, PROXY_CONFIG_DIR, PROXY_CONTAINER, PROXY_VOLUME,
 };
+pub use network_policy::{network_policy_name, NetworkPolicyPlan};
 pub use nodes::{claim_key, merge_taints, ClassNodes, NodeChange, NodeGroupPlan, CLAIM_EFFECT};
 pub use placement::{
     placement_manager, placement_marker, withdrawal_body, AmbiguousWorkload, PlacementPlan, WorkloadPlacement,
@@ -81,6 +83,8 @@ pub struct Plan {
     /// Whether the plan read pods beyond node ranking: the Fleet split and
     /// the sidecars' pods do.
     pub pods_read: bool,
+    /// The NetworkPolicy in front of the sidecars (spec.workload.proxy.networkPolicy).
+    pub network_policy: NetworkPolicyPlan,
 }
 
 /// What the planner needs from the operator's own configuration.
@@ -152,6 +156,7 @@ pub fn plan(selection: &Selection<'_>, snapshot: &Snapshot, config: &PlanConfig)
     let proxy = injection::plan_proxy(selection, snapshot, mounted, config);
     // The Fleet split counts pods, and so do the stamps and the enforcement check.
     let pods_read = workload.is_some() && (capacity.scope == crate::crd::Scope::Fleet || proxy.requested);
+    let network_policy = network_policy::plan_network_policy(bulkhead, &proxy);
     Plan {
         errors,
         capacity,
@@ -167,6 +172,7 @@ pub fn plan(selection: &Selection<'_>, snapshot: &Snapshot, config: &PlanConfig)
         priority_classes,
         proxy,
         pods_read,
+        network_policy,
     }
 }
 

@@ -72,6 +72,7 @@ fn rules(bulkhead: &Bulkhead) -> Vec<SpecError> {
     if let Some(proxy) = spec.workload.as_ref().and_then(|w| w.proxy.as_ref()) {
         let classes: Vec<&str> = spec.classes.iter().map(|c| c.name.as_str()).collect();
         errors.extend(super::injection::validate_proxy(proxy, &classes));
+        errors.extend(super::network_policy::validate_network_policy(proxy));
     }
     errors.extend(super::shard::validate_sharding(spec));
     let places = super::places_workloads(spec);

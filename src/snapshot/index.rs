@@ -10,6 +10,7 @@ use k8s_openapi::api::{
     autoscaling::v1::HorizontalPodAutoscaler,
     core::v1::{ConfigMap, Endpoints, Namespace, Node, Pod, ResourceQuota, Service},
     discovery::v1::EndpointSlice,
+    networking::v1::NetworkPolicy,
     node::v1::RuntimeClass,
     scheduling::v1::PriorityClass,
 };
@@ -217,6 +218,12 @@ indexed!(ResourceQuota, namespaced, ResourceQuota, resource_quotas, |rq, _intern
     rq.metadata.managed_fields = None;
     rq.status = None;
     rq
+}, kept: managed);
+
+indexed!(NetworkPolicy, namespaced, NetworkPolicy, network_policies, |np, _interner| {
+    let mut np = np.clone();
+    np.metadata.managed_fields = None;
+    np
 }, kept: managed);
 
 // Deployments and StatefulSets share one table, so each owns only its kind's keys.

@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::{
     core::v1::{ConfigMap, ResourceQuota},
+    networking::v1::NetworkPolicy,
     scheduling::v1::PriorityClass,
 };
 
@@ -68,6 +69,8 @@ pub struct Snapshot {
     pub config_maps: BTreeMap<ObjectKey, ConfigMap>,
     /// ResourceQuotas the operator wrote (labelled managed-by bulkhead).
     pub resource_quotas: BTreeMap<ObjectKey, ResourceQuota>,
+    /// NetworkPolicies the operator wrote (labelled managed-by bulkhead).
+    pub network_policies: BTreeMap<ObjectKey, NetworkPolicy>,
     /// PriorityClasses the operator wrote (labelled managed-by bulkhead).
     pub priority_classes: BTreeMap<String, PriorityClass>,
     /// What the layer audit reads.

@@ -107,6 +107,7 @@ fn the_chart_runs_the_operator_locked_down_with_least_privilege() {
             "bulkheads/status",
             "configmaps",
             "deployments",
+            "networkpolicies",
             "nodes",
             "pods",
             "priorityclasses",

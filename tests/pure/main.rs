@@ -14,6 +14,7 @@ mod endpoint_slices;
 mod enforcement;
 mod fixtures;
 mod injection;
+mod network_policy;
 mod placement;
 mod planner;
 mod shard;
