@@ -81,6 +81,8 @@ fn every_field_is_covered() {
         admin_port: _,
         // The container's image, not an argument.
         image: _,
+        // A NetworkPolicy object beside the pods, not an argument.
+        network_policy: _,
     } = serde_saphyr::from_str("{}").expect("an empty proxy spec");
 }
 

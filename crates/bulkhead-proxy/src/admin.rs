@@ -19,7 +19,9 @@ use hyper_util::{
 };
 use tokio::sync::Semaphore;
 
-use super::{admission::Pool, metrics::ProxyMetrics, server::accept_next};
+use bulkhead_admission::{admission::Pool, metrics::ProxyMetrics};
+
+use crate::{server::accept_next, timeouts::ADMIN_CUT_AFTER, timeouts::ADMIN_LIFETIME};
 
 pub(super) struct Admin {
     pub pool: Arc<Pool>,
@@ -45,11 +47,6 @@ pub(super) struct AdminLimits {
     /// Each request head (and an idle keep-alive connection's next one) within this.
     pub head: Duration,
 }
-
-/// How long one admin connection may last before it is asked to close (it
-/// finishes the request it is on), and how long after that it is cut.
-const LIFETIME: Duration = Duration::from_secs(30);
-const CUT_AFTER: Duration = Duration::from_secs(10);
 
 pub(super) async fn serve(
     listener: tokio::net::TcpListener,
@@ -84,9 +81,9 @@ pub(super) async fn serve(
                 .header_read_timeout(limits.head)
                 .serve_connection(TokioIo::new(stream), service);
             tokio::pin!(conn);
-            if tokio::time::timeout(LIFETIME, conn.as_mut()).await.is_err() {
+            if tokio::time::timeout(ADMIN_LIFETIME, conn.as_mut()).await.is_err() {
                 conn.as_mut().graceful_shutdown();
-                let _ = tokio::time::timeout(CUT_AFTER, conn).await;
+                let _ = tokio::time::timeout(ADMIN_CUT_AFTER, conn).await;
             }
             drop(slot);
         });

@@ -16,7 +16,7 @@ use std::{
 
 use bulkhead_admission::pool_config::{content_hash, PoolConfig, POOL_CONFIG_KEY};
 
-use super::{
+use bulkhead_admission::{
     admission::{ApplyError, Pool},
     metrics::ProxyMetrics,
 };
