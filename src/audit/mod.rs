@@ -4,6 +4,7 @@
 //! the planner; the controller and `bulkhead check` both call it.
 
 mod classes;
+mod counted;
 mod database;
 mod domains;
 mod implied;
@@ -18,8 +19,9 @@ pub use state::AuditState;
 
 use std::sync::Arc;
 
+use counted::CountedLayer;
 use domains::PairVerdict;
-use state::{Hints, HOST, KERNEL, NODE, ZONE};
+use state::Hints;
 
 use crate::{
     crd::{Layer, LayerState, LayerStatus, PairStatus},
@@ -108,10 +110,10 @@ fn verdicts(state: &mut AuditState, selection: &Selection<'_>, snapshot: &Snapsh
     for layer in Layer::ALL {
         let status = match layer {
             Layer::Process => Arc::new(layer_status(selection, layer, process(state, selection, snapshot))),
-            Layer::Node => state.layer_status(NODE, selection, snapshot, hints),
-            Layer::Kernel => state.layer_status(KERNEL, selection, snapshot, hints),
-            Layer::Zone => state.layer_status(ZONE, selection, snapshot, hints),
-            Layer::Host => state.layer_status(HOST, selection, snapshot, hints),
+            Layer::Node => state.layer_status(CountedLayer::Node, selection, snapshot, hints),
+            Layer::Kernel => state.layer_status(CountedLayer::Kernel, selection, snapshot, hints),
+            Layer::Zone => state.layer_status(CountedLayer::Zone, selection, snapshot, hints),
+            Layer::Host => state.layer_status(CountedLayer::Host, selection, snapshot, hints),
             Layer::Database => database_layer(state, selection, snapshot),
         };
         layers.push(status);
@@ -130,7 +132,7 @@ fn nest(
     hints: &Hints<'_>,
 ) {
     let names: Vec<String> = selection.classes.iter().map(|c| c.spec.name.clone()).collect();
-    let kernel = &state.counts.layers[KERNEL];
+    let kernel = &state.counts.layers[CountedLayer::Kernel];
     // Sandboxed pods, or pods of unknown RuntimeClass: the Kernel verdicts
     // then read the counts, not only the layers (never kept).
     if kernel.alone > 0 || !kernel.unknown.is_empty() {
@@ -139,7 +141,7 @@ fn nest(
         imply_nested_layers(layers, &names);
         return;
     }
-    let versions = [NODE, KERNEL, ZONE, HOST].map(|l| state.counts.layers[l].version);
+    let versions = state.counts.layers.map(|_, l| l.version);
     let Some(process) = implied::find(layers, Layer::Process) else {
         imply_nested_layers(layers, &names);
         return;

@@ -11,6 +11,7 @@ use std::{
 
 use super::{
     classes::{classes_in, ClassSet, Classifier},
+    counted::{CountedLayer, PerLayer},
     domains::PairVerdict,
     layer::{Dom, LayerCounts, Least, Naming, Why},
     nodes::{by_label, NodeId, NodeTable},
@@ -21,12 +22,6 @@ use crate::{
     select::Selection,
     snapshot::{Cursor, Delta, ObjectKey, PodInfo, Snapshot},
 };
-
-/// The placement layers counted per domain, in this order.
-pub(super) const NODE: usize = 0;
-pub(super) const KERNEL: usize = 1;
-pub(super) const ZONE: usize = 2;
-pub(super) const HOST: usize = 3;
 
 /// The member pods of a build, in the order counted: a cell made by the
 /// build keeps the number of its first pod (the least: pods arrive in
@@ -53,7 +48,7 @@ pub struct AuditState {
 /// statuses stay unshared and are still patched in place.
 #[derive(Clone, Debug)]
 pub(super) struct Implied {
-    pub versions: [u64; 4],
+    pub versions: PerLayer<u64>,
     pub process: Arc<LayerStatus>,
     pub changed: Vec<Option<Arc<LayerStatus>>>,
 }
@@ -61,8 +56,8 @@ pub(super) struct Implied {
 #[derive(Clone, Debug)]
 pub(super) struct Counts {
     pub nodes: NodeTable,
-    /// Node, Kernel, Zone and Host (see the constants above).
-    pub layers: [LayerCounts; 4],
+    /// Node, Kernel, Zone and Host.
+    pub layers: PerLayer<LayerCounts>,
     pub process: ProcessCounts,
 }
 
@@ -81,7 +76,7 @@ impl AuditState {
         let n = selection.classes.len();
         let mut counts = Counts {
             nodes: NodeTable::default(),
-            layers: std::array::from_fn(|_| LayerCounts::new(n)),
+            layers: PerLayer::from_fn(|_| LayerCounts::new(n)),
             process: ProcessCounts { members: vec![0; n], multi: BTreeMap::new(), verdicts: None },
         };
         let mut hints = Hints::default();
@@ -157,8 +152,8 @@ impl AuditState {
                 }
                 let node = pod.node.as_ref().and_then(|n| self.counts.nodes.lookup(n));
                 let doms = self.counts.doms(key, pod, node, snapshot, &self.config);
-                for (i, dom) in doms.iter().enumerate() {
-                    self.counts.layers[i].name_least(class, dom, key);
+                for (layer, dom) in doms.iter() {
+                    self.counts.layers[layer].name_least(class, dom, key);
                 }
             }
         }
@@ -178,10 +173,13 @@ impl Counts {
         node: Option<NodeId>,
         snapshot: &Snapshot,
         config: &AuditConfig,
-    ) -> [Dom; 4] {
+    ) -> PerLayer<Dom> {
         let Some(node) = node else {
-            let host = if config.host_label.is_some() { Dom::Ignored } else { Dom::Unknown(Why::Everywhere) };
-            return [Dom::Ignored, Dom::Ignored, Dom::Ignored, host];
+            return PerLayer::from_fn(|layer| match layer {
+                CountedLayer::Node | CountedLayer::Kernel | CountedLayer::Zone => Dom::Ignored,
+                CountedLayer::Host if config.host_label.is_some() => Dom::Ignored,
+                CountedLayer::Host => Dom::Unknown(Why::Everywhere),
+            });
         };
         let kernel = match pod.runtime_class.as_deref() {
             None => Dom::Known(node),
@@ -192,11 +190,17 @@ impl Counts {
             },
         };
         let slot = &self.nodes.slots[node as usize];
-        let host = match config.host_label {
-            Some(_) => by_label(node, slot, slot.host),
-            None => Dom::Unknown(Why::Everywhere),
-        };
-        [Dom::Known(node), kernel, by_label(node, slot, slot.zone), host]
+        let mut kernel = Some(kernel);
+        PerLayer::from_fn(|layer| match layer {
+            CountedLayer::Node => Dom::Known(node),
+            // Each layer is asked once: the kernel is moved, not cloned.
+            CountedLayer::Kernel => kernel.take().unwrap_or(Dom::Ignored),
+            CountedLayer::Zone => by_label(node, slot, slot.zone),
+            CountedLayer::Host => match config.host_label {
+                Some(_) => by_label(node, slot, slot.host),
+                None => Dom::Unknown(Why::Everywhere),
+            },
+        })
     }
 
     fn add<'a>(
@@ -218,8 +222,8 @@ impl Counts {
             None => Least::Pod(key),
         };
         for class in classes_in(set) {
-            for (i, dom) in doms.iter().enumerate() {
-                self.layers[i].add(class, dom, 1, least, &naming(&self.nodes, i));
+            for (layer, dom) in doms.iter() {
+                self.layers[layer].add(class, dom, 1, least, &naming(&self.nodes, layer));
             }
             self.process.add(class, 1);
         }
@@ -233,9 +237,9 @@ impl Counts {
         let node = pod.node.as_ref().map(|n| self.nodes.id(n, snapshot, Self::labels(config)));
         let doms = self.doms(key, pod, node, snapshot, config);
         for class in classes_in(set) {
-            for (i, dom) in doms.iter().enumerate() {
-                let naming = naming(&self.nodes, i);
-                self.layers[i].remove(class, dom, 1, Some(key), &naming);
+            for (layer, dom) in doms.iter() {
+                let naming = naming(&self.nodes, layer);
+                self.layers[layer].remove(class, dom, 1, Some(key), &naming);
             }
             self.process.add(class, -1);
         }
@@ -253,10 +257,10 @@ impl Counts {
         if new == old {
             return;
         }
-        let moved: Vec<(u16, u32)> = self.layers[NODE].classes_at(id).collect();
-        let mut layers = vec![(ZONE, by_label(id, &old, old.zone), by_label(id, &new, new.zone))];
+        let moved: Vec<(u16, u32)> = self.layers[CountedLayer::Node].classes_at(id).collect();
+        let mut layers = vec![(CountedLayer::Zone, by_label(id, &old, old.zone), by_label(id, &new, new.zone))];
         if config.host_label.is_some() {
-            layers.push((HOST, by_label(id, &old, old.host), by_label(id, &new, new.host)));
+            layers.push((CountedLayer::Host, by_label(id, &old, old.host), by_label(id, &new, new.host)));
         }
         for (layer, from, to) in layers {
             if from == to {
@@ -287,9 +291,8 @@ pub(super) fn pods_in<'a>(snapshot: &'a Snapshot, namespace: &str) -> btree_map:
 }
 
 /// Node and Kernel domains are nodes; Zone and Host domains are label values.
-fn naming(nodes: &NodeTable, layer: usize) -> Naming<'_> {
-    let domains = if layer == NODE || layer == KERNEL { &nodes.names } else { &nodes.values };
-    Naming { domains, nodes: &nodes.names }
+fn naming(nodes: &NodeTable, layer: CountedLayer) -> Naming<'_> {
+    Naming { domains: layer.domains(nodes), nodes: &nodes.names }
 }
 
 impl ProcessCounts {

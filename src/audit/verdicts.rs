@@ -8,31 +8,29 @@ use std::sync::Arc;
 
 use super::{
     classes::{classes_in, ClassSet},
+    counted::CountedLayer,
     domains::{dedup_keep_order, PairVerdict},
     layer::{Dom, Why},
     layer_state, pair_status,
-    state::{AuditState, Hints, KERNEL, NODE, ZONE},
+    state::{AuditState, Hints},
     ZONE_LABEL,
 };
 use crate::{
-    crd::{Layer, LayerState, LayerStatus},
+    crd::{LayerState, LayerStatus},
     select::{Selection, Source},
     snapshot::Snapshot,
 };
-
-/// The counted layers, by their numbers in `state`.
-const COUNTED: [Layer; 4] = [Layer::Node, Layer::Kernel, Layer::Zone, Layer::Host];
 
 /// How much evidence a pair carries: enough to act on, not a dump.
 const MAX_EVIDENCE: usize = 3;
 
 impl AuditState {
-    /// The status of a counted layer (NODE, KERNEL, ZONE or HOST). Only
+    /// The status of a counted layer (Node, Kernel, Zone or Host). Only
     /// pairs whose inputs changed since the last call are worked out again,
     /// and only they are replaced in the status kept from the last call.
-    pub fn layer_status(
+    pub(super) fn layer_status(
         &mut self,
-        layer: usize,
+        layer: CountedLayer,
         selection: &Selection<'_>,
         snapshot: &Snapshot,
         hints: &Hints<'_>,
@@ -54,8 +52,8 @@ impl AuditState {
                 .collect();
             let pairs = index.iter().filter_map(|&p| l.pair_cache[p].as_ref());
             let status = Arc::new(LayerStatus {
-                name: COUNTED[layer],
-                required: selection.bulkhead.spec.layers.contains(&COUNTED[layer]),
+                name: layer.layer(),
+                required: selection.bulkhead.spec.layers.contains(&layer.layer()),
                 state: layer_state(pairs.clone()),
                 pairs: pairs.map(|v| pair_status(selection, v)).collect(),
                 unlisted_pairs: 0,
@@ -92,7 +90,7 @@ impl AuditState {
         status.clone()
     }
 
-    fn work_out(&mut self, layer: usize, stale: &[(usize, usize)], snapshot: &Snapshot, hints: &Hints<'_>) {
+    fn work_out(&mut self, layer: CountedLayer, stale: &[(usize, usize)], snapshot: &Snapshot, hints: &Hints<'_>) {
         let l = &self.counts.layers[layer];
         let n = l.classes();
         // The first shared domains of each stale pair, walking domains in
@@ -159,29 +157,14 @@ impl AuditState {
         }
     }
 
-    fn describe(&self, layer: usize, d: u32, a: &str, b: &str) -> String {
-        let nodes = &self.counts.nodes;
-        let name = |v: &[std::sync::Arc<str>]| v.get(d as usize).map(ToString::to_string).unwrap_or_default();
-        if a == b {
-            // One pod of both classes: the Process layer shares it too.
-            let (what, place) = match layer {
-                NODE | KERNEL => ("node", name(&nodes.names)),
-                ZONE => ("zone", name(&nodes.values)),
-                _ => ("host", name(&nodes.values)),
-            };
-            return format!("{what} {place} runs {a}, which serves both");
-        }
-        match layer {
-            NODE => format!("node {} runs {a} and {b}", name(&nodes.names)),
-            KERNEL => format!("node {} runs {a} and {b} on its kernel (neither is sandboxed)", name(&nodes.names)),
-            ZONE => format!("zone {} holds {a} and {b}", name(&nodes.values)),
-            _ => format!("host {} holds {a} and {b}", name(&nodes.values)),
-        }
+    fn describe(&self, layer: CountedLayer, d: u32, a: &str, b: &str) -> String {
+        let place = layer.domains(&self.counts.nodes).get(d as usize).map(ToString::to_string).unwrap_or_default();
+        layer.describe(&place, a, b)
     }
 
     /// The doubts of one class in a layer: that none of its pods is placed,
     /// then the first few unknowns in order.
-    fn doubts(&mut self, layer: usize, class: u16, snapshot: &Snapshot, hints: &Hints<'_>) -> Vec<String> {
+    fn doubts(&mut self, layer: CountedLayer, class: u16, snapshot: &Snapshot, hints: &Hints<'_>) -> Vec<String> {
         let c = class as usize;
         if let Some(d) = &self.counts.layers[layer].doubt_cache[c] {
             return d.clone();
@@ -205,8 +188,11 @@ impl AuditState {
                 Why::Node(node) => {
                     let pod = self.least(layer, class, &Dom::Unknown(why.clone()), snapshot, hints);
                     let slot = &self.counts.nodes.slots[*node as usize];
-                    let label =
-                        if layer == ZONE { ZONE_LABEL } else { self.config.host_label.as_deref().unwrap_or_default() };
+                    let label = if layer == CountedLayer::Zone {
+                        ZONE_LABEL
+                    } else {
+                        self.config.host_label.as_deref().unwrap_or_default()
+                    };
                     if slot.known {
                         format!("node {} (running {pod}) has no {label} label", slot.name)
                     } else {
@@ -233,7 +219,7 @@ impl AuditState {
     /// The least pod of a class in a domain, as text: kept in its cell, else
     /// from the build's hints, else found again (with every other cell of
     /// the class that lost track of its own) and kept.
-    fn least(&mut self, layer: usize, class: u16, dom: &Dom, snapshot: &Snapshot, hints: &Hints<'_>) -> String {
+    fn least(&mut self, layer: CountedLayer, class: u16, dom: &Dom, snapshot: &Snapshot, hints: &Hints<'_>) -> String {
         let l = &self.counts.layers[layer];
         if let Some(k) = l.least(class, dom) {
             return k.to_string();
@@ -257,7 +243,7 @@ impl AuditState {
         snapshot: &Snapshot,
         hints: &Hints<'_>,
     ) -> Vec<(usize, usize, String)> {
-        let (node, kernel) = (&self.counts.layers[NODE], &self.counts.layers[KERNEL]);
+        let (node, kernel) = (&self.counts.layers[CountedLayer::Node], &self.counts.layers[CountedLayer::Kernel]);
         let found: Vec<(usize, usize, u32)> = pairs
             .iter()
             .filter_map(|&(a, b)| {
@@ -274,10 +260,11 @@ impl AuditState {
             .into_iter()
             .map(|(a, b, d)| {
                 let dom = Dom::Known(d);
-                let pa = self.least(NODE, a as u16, &dom, snapshot, hints);
-                let pb = self.least(NODE, b as u16, &dom, snapshot, hints);
+                let pa = self.least(CountedLayer::Node, a as u16, &dom, snapshot, hints);
+                let pb = self.least(CountedLayer::Node, b as u16, &dom, snapshot, hints);
                 let name = self.counts.nodes.names.get(d as usize).map(ToString::to_string).unwrap_or_default();
-                let host_side = if self.counts.layers[KERNEL].present(d) & (1 << a) != 0 { &pa } else { &pb };
+                let host_side =
+                    if self.counts.layers[CountedLayer::Kernel].present(d) & (1 << a) != 0 { &pa } else { &pb };
                 let evidence = format!(
                     "node {name} runs {pa} and {pb}: {host_side} runs on the node's own kernel, which the \
                      other shares even sandboxed (a sandbox's guest kernel runs on it)"
@@ -328,6 +315,6 @@ impl AuditState {
 
     /// Pods × classes not yet bound to a node.
     pub fn unscheduled(&self) -> usize {
-        usize::try_from(self.counts.layers[NODE].ignored).unwrap_or(usize::MAX)
+        usize::try_from(self.counts.layers[CountedLayer::Node].ignored).unwrap_or(usize::MAX)
     }
 }
