@@ -1,35 +1,89 @@
 //! Condition types and reasons, in one place: they are an API (alerts and
 //! scripts match on them), so they are named once and never by a literal.
 
-// Condition types.
-pub const READY: &str = "Ready";
-pub const FUNDED: &str = "Funded";
-pub const CONTROL_PLANE_LANE: &str = "ControlPlaneLane";
-pub const QUOTAS_SCOPED: &str = "QuotasScoped";
-pub const NODE_GROUPS_READY: &str = "NodeGroupsReady";
-pub const PLACED: &str = "Placed";
-pub const ISOLATED: &str = "Isolated";
-pub const PROXY_INJECTED: &str = "ProxyInjected";
-pub const ENFORCED: &str = "Enforced";
-pub const SHUFFLE_SHARDED: &str = "ShuffleSharded";
-pub const SIZED: &str = "Sized";
-pub const ISOLATED_IN_USE: &str = "IsolatedInUse";
+/// Declares `ConditionType` from one list, so that its variants, `ALL` and
+/// `as_str` cannot get out of step: the API spells each type as its variant.
+macro_rules! condition_types {
+    ($($(#[$doc:meta])* $variant:ident,)*) => {
+        /// A condition type: what a status's `conditions[].type` says.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum ConditionType {
+            $($(#[$doc])* $variant,)*
+        }
 
-/// Every condition type a status can carry.
-pub const CONDITION_TYPES: [&str; 12] = [
-    READY,
-    FUNDED,
-    CONTROL_PLANE_LANE,
-    QUOTAS_SCOPED,
-    NODE_GROUPS_READY,
-    PLACED,
-    ISOLATED,
-    PROXY_INJECTED,
-    ENFORCED,
-    SHUFFLE_SHARDED,
-    SIZED,
-    ISOLATED_IN_USE,
-];
+        impl ConditionType {
+            /// Every condition type a status can carry, in this order.
+            pub const ALL: [Self; [$(stringify!($variant)),*].len()] = [$(Self::$variant),*];
+
+            /// The type as the API carries it.
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $(Self::$variant => stringify!($variant),)*
+                }
+            }
+        }
+    };
+}
+
+// What each one says: docs/reference/conditions.md.
+condition_types! {
+    /// The pool config and quotas are up to date.
+    Ready,
+    /// Σ reserved + sharedSurplus fits in the capacity.
+    Funded,
+    /// The `critical` classes and their floors.
+    ControlPlaneLane,
+    /// Every quota counts only its own class's pods.
+    QuotasScoped,
+    /// Every node group holds its count (with placement only).
+    NodeGroupsReady,
+    /// Every workload of a class carries its placement (with placement only).
+    Placed,
+    /// Every layer in `spec.layers` is Separate for every pair of classes.
+    Isolated,
+    /// The selected workloads carry the sidecar (with `spec.workload.proxy` only).
+    ProxyInjected,
+    /// The running sidecars enforce the planned config (with `spec.workload.proxy` only).
+    Enforced,
+    /// Every tenant holds a shard of its own (with `spec.shuffleSharding` only).
+    ShuffleSharded,
+    /// Every class's reservation and ceiling match its use (in a cluster only).
+    Sized,
+    /// No class's latency rose while another sat at its ceiling (in a cluster only).
+    IsolatedInUse,
+}
+
+impl std::fmt::Display for ConditionType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+// The types as strings, for the conditions built and matched by name.
+pub const READY: &str = ConditionType::Ready.as_str();
+pub const FUNDED: &str = ConditionType::Funded.as_str();
+pub const CONTROL_PLANE_LANE: &str = ConditionType::ControlPlaneLane.as_str();
+pub const QUOTAS_SCOPED: &str = ConditionType::QuotasScoped.as_str();
+pub const NODE_GROUPS_READY: &str = ConditionType::NodeGroupsReady.as_str();
+pub const PLACED: &str = ConditionType::Placed.as_str();
+pub const ISOLATED: &str = ConditionType::Isolated.as_str();
+pub const PROXY_INJECTED: &str = ConditionType::ProxyInjected.as_str();
+pub const ENFORCED: &str = ConditionType::Enforced.as_str();
+pub const SHUFFLE_SHARDED: &str = ConditionType::ShuffleSharded.as_str();
+pub const SIZED: &str = ConditionType::Sized.as_str();
+pub const ISOLATED_IN_USE: &str = ConditionType::IsolatedInUse.as_str();
+
+/// Every condition type a status can carry, as the API spells it
+/// (`ConditionType::ALL`).
+pub const CONDITION_TYPES: [&str; ConditionType::ALL.len()] = {
+    let mut out = [""; ConditionType::ALL.len()];
+    let mut i = 0;
+    while i < out.len() {
+        out[i] = ConditionType::ALL[i].as_str();
+        i += 1;
+    }
+    out
+};
 
 /// Reasons.
 pub mod reason {
@@ -131,4 +185,18 @@ pub mod reason {
     pub const NO_SATURATION: &str = "NoSaturation";
     /// While a class sat at its ceiling, no other class's latency rose.
     pub const NO_LATENCY_COUPLING: &str = "NoLatencyCoupling";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ConditionType;
+
+    /// `ALL`, `as_str` and the constants agree (the macro makes them from one list).
+    #[test]
+    fn all_lists_every_condition_type_once() {
+        let mut names: Vec<&str> = ConditionType::ALL.map(ConditionType::as_str).to_vec();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), ConditionType::ALL.len(), "two types spelled alike");
+    }
 }
