@@ -18,7 +18,7 @@ use crate::{
         admission::Unclassified,
         sidecar::{ClassifyBy, EgressRoute, Ingress, SidecarArgs, Traffic},
     },
-    select::{Selection, SpecError},
+    select::{unclassified, Selection, SpecError},
     snapshot::{ObjectKey, Snapshot, WorkloadKind, PROXY_ADMIN_PORT_NAME, PROXY_ANNOTATION_PREFIX},
 };
 
@@ -249,10 +249,7 @@ pub fn sidecar_args(proxy: &ProxySpec) -> SidecarArgs {
                     proxy.path_prefixes.iter().map(|p| (p.prefix.clone(), p.class.clone())).collect(),
                 )
             },
-            unclassified: match proxy.unclassified.as_deref() {
-                None | Some("reject") => Unclassified::Reject,
-                Some(class) => Unclassified::Class(class.to_owned()),
-            },
+            unclassified: unclassified(proxy),
             class_header_from: proxy.class_header_from.clone(),
         }),
         ProxyMode::Egress => Traffic::Egress(
@@ -304,7 +301,7 @@ fn container(proxy: &ProxySpec, image: &str, security_context: &Value) -> Value 
 }
 
 /// Rules of spec.workload.proxy the schema cannot state.
-pub(super) fn validate_proxy(proxy: &ProxySpec, classes: &[&str]) -> Vec<SpecError> {
+pub(super) fn validate_proxy(proxy: &ProxySpec, unclassified: &Unclassified, classes: &[&str]) -> Vec<SpecError> {
     const FIELD: &str = "spec.workload.proxy";
     let mut errors = Vec::new();
     let admin = proxy.admin_port.unwrap_or(DEFAULT_ADMIN_PORT);
@@ -367,11 +364,13 @@ pub(super) fn validate_proxy(proxy: &ProxySpec, classes: &[&str]) -> Vec<SpecErr
                     errors.push(SpecError::new(format!("{FIELD}.classHeaderFrom[{i}]"), e));
                 }
             }
-            if let Some(u) = proxy.unclassified.as_deref().filter(|u| *u != "reject" && !known(u)) {
-                errors.push(SpecError::new(
-                    format!("{FIELD}.unclassified"),
-                    format!("{u:?} is neither reject nor a class"),
-                ));
+            if let Unclassified::Class(u) = unclassified {
+                if !known(u) {
+                    errors.push(SpecError::new(
+                        format!("{FIELD}.unclassified"),
+                        format!("{u:?} is neither reject nor a class"),
+                    ));
+                }
             }
         }
         ProxyMode::Egress => {

@@ -4,8 +4,10 @@
 
 use std::collections::BTreeSet;
 
+use bulkhead_admission::Unclassified;
+
 use crate::{
-    crd::{Bulkhead, Scope},
+    crd::Scope,
     select::{is_dns_label, is_qualified_name, Selection, SpecError},
 };
 
@@ -18,12 +20,13 @@ pub(super) const MAX_DATABASES: usize = 16;
 
 /// Every spec problem: the rules below, then the selectors that did not parse.
 pub fn validate(selection: &Selection<'_>) -> Vec<SpecError> {
-    let mut errors = rules(selection.bulkhead);
+    let mut errors = rules(selection);
     errors.extend(selection.errors.iter().cloned());
     errors
 }
 
-fn rules(bulkhead: &Bulkhead) -> Vec<SpecError> {
+fn rules(selection: &Selection<'_>) -> Vec<SpecError> {
+    let bulkhead = selection.bulkhead;
     let spec = &bulkhead.spec;
     let mut errors = Vec::new();
     let name = bulkhead.metadata.name.as_deref().unwrap_or_default();
@@ -71,7 +74,8 @@ fn rules(bulkhead: &Bulkhead) -> Vec<SpecError> {
     }
     if let Some(proxy) = spec.workload.as_ref().and_then(|w| w.proxy.as_ref()) {
         let classes: Vec<&str> = spec.classes.iter().map(|c| c.name.as_str()).collect();
-        errors.extend(super::injection::validate_proxy(proxy, &classes));
+        let unclassified = selection.unclassified.as_ref().unwrap_or(&Unclassified::Reject);
+        errors.extend(super::injection::validate_proxy(proxy, unclassified, &classes));
         errors.extend(super::network_policy::validate_network_policy(proxy));
     }
     errors.extend(super::shard::validate_sharding(spec));

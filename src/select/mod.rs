@@ -12,6 +12,6 @@ mod workload;
 pub use errors::SpecError;
 pub use members::{members, Members, Source};
 pub use selector::Matcher;
-pub use spec::{ClassSelection, PodSelection, Selection};
+pub use spec::{unclassified, ClassSelection, PodSelection, Selection};
 pub use syntax::{is_dns_label, is_label_value, is_qualified_name};
 pub use workload::{resolve_workload, Replicas, WorkloadMatch};

@@ -2,8 +2,10 @@
 //! audit) takes a `Selection`, so a selector is parsed in one place and its
 //! error is reported once, with the field named.
 
+use bulkhead_admission::Unclassified;
+
 use super::{Matcher, SpecError};
-use crate::crd::{Bulkhead, ClassSpec};
+use crate::crd::{Bulkhead, ClassSpec, ProxySpec};
 
 /// The Bulkhead with every selector parsed. A selector that does not parse
 /// selects nothing; its error is in `errors`.
@@ -15,6 +17,9 @@ pub struct Selection<'a> {
     pub classes: Vec<ClassSelection<'a>>,
     /// spec.shuffleSharding.nodes.selector, when shuffle sharding is asked for.
     pub shard_nodes: Option<Matcher>,
+    /// spec.workload.proxy.unclassified, when spec.workload.proxy is set
+    /// (`Reject` when the field is left out).
+    pub unclassified: Option<Unclassified>,
     /// Selectors that did not parse.
     pub errors: Vec<SpecError>,
 }
@@ -68,11 +73,24 @@ impl<'a> Selection<'a> {
             .shuffle_sharding
             .as_ref()
             .map(|s| parse(Some(&s.nodes.selector), "spec.shuffleSharding.nodes.selector".to_string()));
-        Selection { bulkhead, workload, classes, shard_nodes, errors }
+        let unclassified = bulkhead.spec.workload.as_ref().and_then(|w| w.proxy.as_ref()).map(unclassified);
+        Selection { bulkhead, workload, classes, shard_nodes, unclassified, errors }
     }
 
     /// The Bulkhead's name ("" when it has none: validation reports that).
     pub fn name(&self) -> &'a str {
         self.bulkhead.metadata.name.as_deref().unwrap_or_default()
+    }
+}
+
+/// What the proxy does with a request that names no known class, from
+/// spec.workload.proxy.unclassified: `reject` (also when left out) or a
+/// class, whether the class exists or not (validation says). The one reading
+/// of the field: `Selection::unclassified` holds it for a Bulkhead, and the
+/// sidecar's arguments (`plan::sidecar_args`) take it from here.
+pub fn unclassified(proxy: &ProxySpec) -> Unclassified {
+    match proxy.unclassified.as_deref() {
+        None | Some("reject") => Unclassified::Reject,
+        Some(class) => Unclassified::Class(class.to_owned()),
     }
 }
