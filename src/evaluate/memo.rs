@@ -256,5 +256,4 @@ fn pod_namespaces(selection: &Selection<'_>, snapshot: &Snapshot) -> BTreeSet<St
 }
 
 #[cfg(test)]
-#[path = "memo_tests.rs"]
 mod tests;

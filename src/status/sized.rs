@@ -255,5 +255,4 @@ fn bounded(mut message: String) -> String {
 }
 
 #[cfg(test)]
-#[path = "sized_tests.rs"]
 mod tests;
