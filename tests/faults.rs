@@ -10,8 +10,6 @@
 //! `EXCLUSIVE` for writing; the others run beside each other under one
 //! shared operator.
 
-mod support;
-
 use std::{
     collections::{BTreeMap, BTreeSet},
     sync::{Arc, Mutex, PoisonError},
@@ -19,6 +17,11 @@ use std::{
 };
 
 use bulkhead::crd::Bulkhead;
+use bulkhead_testkit::{
+    audit, condition, names_with_prefix,
+    operator::{second_service_account, Operator, NAMESPACE, USER},
+    unique_suffix, wait_for, ControlPlane, TestNamespace,
+};
 use futures::StreamExt;
 use k8s_openapi::api::{
     apps::v1::Deployment,
@@ -32,11 +35,6 @@ use kube::{
     Client,
 };
 use serde_json::{json, Value};
-use support::{
-    audit, condition, names_with_prefix,
-    operator::{second_service_account, Operator, NAMESPACE, USER},
-    unique_suffix, wait_for, ControlPlane, TestNamespace,
-};
 use tokio::sync::RwLock;
 
 static EXCLUSIVE: RwLock<()> = RwLock::const_new(());
@@ -123,7 +121,7 @@ fn writes_to(user: &str, since: &str, marker: &str) -> Vec<audit::Write> {
 }
 
 fn deployment(ns: &str, app: &str) -> String {
-    support::workload::DeploymentYaml::new(ns, app, 0).render()
+    bulkhead_testkit::workload::DeploymentYaml::new(ns, app, 0).render()
 }
 
 fn bulkhead_yaml(name: &str, ns: &str, team: &str, pool: &str, counts: &[(&str, u32)]) -> String {

@@ -2,10 +2,9 @@
 //! resources work (the reflect2 patch), the real scheduler binds pods to fake
 //! nodes, and ResourceQuota admission is enforced.
 
-mod support;
-
 use std::time::Duration;
 
+use bulkhead_testkit::{wait_for, ControlPlane, TestNamespace};
 use k8s_openapi::api::{
     apps::v1::Deployment,
     core::v1::{Pod, ResourceQuota},
@@ -16,14 +15,13 @@ use kube::{
     discovery::ApiResource,
 };
 use serde_json::json;
-use support::{wait_for, ControlPlane, TestNamespace};
 
 #[tokio::test]
 async fn custom_resources_can_be_created_and_read_back() {
     // Kubernetes 1.20 built with Go >= 1.18 and the stock reflect2 crashes
     // right here; the build patches it.
     let cp = ControlPlane::get();
-    let suffix = support::unique_suffix();
+    let suffix = bulkhead_testkit::unique_suffix();
     let group = format!("h{suffix}.example.com");
     cp.apply_yaml(&format!(
         r#"apiVersion: apiextensions.k8s.io/v1

@@ -3,17 +3,15 @@
 //! over. Also proves a graceful shutdown ends the process, and that two
 //! operators named apart never act on the same Bulkhead.
 
-mod support;
-
 use std::time::Duration;
 
 use bulkhead::crd::Bulkhead;
-use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::Api;
-use support::{
+use bulkhead_testkit::{
     operator::{Operator, NAMESPACE},
     unique_suffix, wait_for, ControlPlane,
 };
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::Api;
 
 /// One test at a time: they share one control plane, and every operator
 /// without a name acts on every unlabelled Bulkhead, so one test's operators

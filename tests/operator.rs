@@ -1,11 +1,12 @@
 //! The operator end to end: installed with the Helm chart, run with the
 //! chart's RBAC against the real control plane.
 
-mod support;
-
 use std::time::Duration;
 
-use bulkhead::{crd::Bulkhead, pool_config::PoolConfig};
+use bulkhead::crd::Bulkhead;
+use bulkhead_testkit::{
+    audit, builders::pool_config, condition, operator::Operator, unique_suffix, wait_for, ControlPlane, TestNamespace,
+};
 use k8s_openapi::api::{
     apps::v1::Deployment,
     core::v1::{ConfigMap, ResourceQuota},
@@ -15,12 +16,11 @@ use kube::{
     Client,
 };
 use serde_json::json;
-use support::{audit, condition, operator::Operator, unique_suffix, wait_for, ControlPlane, TestNamespace};
 
 const SETTLE: Duration = Duration::from_secs(30);
 
 fn deployment_yaml(ns: &str, name: &str, replicas: u32) -> String {
-    support::workload::DeploymentYaml::new(ns, name, replicas).render()
+    bulkhead_testkit::workload::DeploymentYaml::new(ns, name, replicas).render()
 }
 
 /// A Fleet-scoped Bulkhead: 200 connections, 4 × 30 reserved + 80 shared,
@@ -54,11 +54,6 @@ async fn wait_condition(client: &Client, name: &str, type_: &str, status: &str) 
         (s == status).then_some((reason, message))
     })
     .await
-}
-
-async fn pool_config(client: &Client, ns: &str, name: &str) -> Option<PoolConfig> {
-    let cm = Api::<ConfigMap>::namespaced(client.clone(), ns).get(&format!("bulkhead-{name}")).await.ok()?;
-    serde_json::from_str(cm.data?.get("pools.json")?).ok()
 }
 
 /// A Bulkhead from its parts, each inline YAML: `pool` a flow mapping,
@@ -407,7 +402,7 @@ async fn an_unchanged_cluster_gets_no_writes() {
         rv(&rqs.get(&format!("bulkhead-{name}.checkout")).await.expect("rq").metadata),
     );
     assert_eq!(before, after, "resourceVersions moved at rest");
-    let writes: Vec<_> = audit::writes_by(&cp.dir, support::operator::USER, &since)
+    let writes: Vec<_> = audit::writes_by(&cp.dir, bulkhead_testkit::operator::USER, &since)
         .into_iter()
         .filter(|w| w.uri.contains(&name) || w.uri.contains(&format!("/namespaces/{}/", ns.name)))
         .collect();
@@ -419,7 +414,7 @@ async fn an_unchanged_cluster_gets_no_writes() {
 async fn the_examples_apply_and_report_status() {
     let (cp, _) = started();
     let client = cp.client().await;
-    let root = support::repo_root();
+    let root = bulkhead_testkit::repo_root();
     cp.kubectl(&["apply", "-f", &root.join("examples/cluster").display().to_string()]);
     cp.kubectl(&["apply", "-f", &root.join("examples/four-dependencies.yaml").display().to_string()]);
     cp.kubectl(&["apply", "-f", &root.join("examples/control-plane-lane.yaml").display().to_string()]);
@@ -659,7 +654,7 @@ async fn a_network_policy_admits_only_the_sidecars_ports_and_is_withdrawn_exactl
     cp.kubectl(&["label", "namespace", &ns.name, "touched=yes"]);
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(rv(&policies.get(&ours).await.expect("policy")), before, "the policy was rewritten at rest");
-    let writes: Vec<_> = audit::writes_by(&cp.dir, support::operator::USER, &since)
+    let writes: Vec<_> = audit::writes_by(&cp.dir, bulkhead_testkit::operator::USER, &since)
         .into_iter()
         .filter(|w| w.uri.contains("/networkpolicies"))
         .collect();

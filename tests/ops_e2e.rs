@@ -5,8 +5,6 @@
 //! the Bulkheads; and Helm 4 installing, upgrading and uninstalling the chart.
 //! One control plane for all of it.
 
-mod support;
-
 use std::{
     collections::{BTreeMap, BTreeSet},
     path::PathBuf,
@@ -15,6 +13,11 @@ use std::{
 };
 
 use bulkhead::crd::Bulkhead;
+use bulkhead_testkit::{
+    audit, condition,
+    operator::{Operator, NAMESPACE, SERVICE_ACCOUNT, USER},
+    repo_root, unique_suffix, wait_for, ControlPlane, TestNamespace,
+};
 use k8s_openapi::api::{
     apps::v1::Deployment,
     core::v1::{ConfigMap, Event, Node, ResourceQuota},
@@ -25,11 +28,6 @@ use kube::{
     Client, ResourceExt,
 };
 use serde_json::{json, Value};
-use support::{
-    audit, condition,
-    operator::{Operator, NAMESPACE, SERVICE_ACCOUNT, USER},
-    repo_root, unique_suffix, wait_for, ControlPlane, TestNamespace,
-};
 
 /// The chart as it was before this release: what `helm upgrade` starts from.
 const PREVIOUS_CHART_COMMIT: &str = "8f46ad5";
@@ -47,7 +45,7 @@ fn helm(major: u8, args: &[&str]) -> String {
         .arg(&cp.kubeconfig)
         .output()
         .expect("tests/helm runs");
-    support::chart::stdout_or_panic(&format!("helm {major} {}", args.join(" ")), out)
+    bulkhead_testkit::chart::stdout_or_panic(&format!("helm {major} {}", args.join(" ")), out)
 }
 
 /// charts/bulkhead as of PREVIOUS_CHART_COMMIT, unpacked under the control plane's dir.

@@ -6,14 +6,19 @@
 //! The fake nodes have no kubelet: `FakeKubelet` marks bound pods Ready and
 //! confirms graceful deletions in the test namespace, so Deployments roll out.
 
-mod support;
-
 use std::{
     collections::{BTreeMap, BTreeSet},
     time::{Duration, Instant},
 };
 
 use bulkhead::crd::{Bulkhead, Layer, LayerState};
+use bulkhead_testkit::{
+    audit, condition,
+    kubelet::FakeKubelet,
+    names_with_prefix,
+    operator::{Operator, USER},
+    unique_suffix, wait_for, ControlPlane, TestNamespace,
+};
 use k8s_openapi::api::{
     apps::v1::{Deployment, StatefulSet},
     core::v1::{Node, Pod, ResourceQuota},
@@ -24,13 +29,6 @@ use kube::{
     Client,
 };
 use serde_json::{json, Value};
-use support::{
-    audit, condition,
-    kubelet::FakeKubelet,
-    names_with_prefix,
-    operator::{Operator, USER},
-    unique_suffix, wait_for, ControlPlane, TestNamespace,
-};
 
 const SETTLE: Duration = Duration::from_secs(90);
 /// Pods on a deleted node are removed by the pod garbage collector after a
@@ -51,9 +49,9 @@ fn deployment(ns: &str, app: &str, replicas: u32) -> String {
         ),
         _ => String::new(),
     };
-    support::workload::DeploymentYaml {
+    bulkhead_testkit::workload::DeploymentYaml {
         pod_spec_lines: &spread,
-        ..support::workload::DeploymentYaml::new(ns, app, replicas)
+        ..bulkhead_testkit::workload::DeploymentYaml::new(ns, app, replicas)
     }
     .render()
 }

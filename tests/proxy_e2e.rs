@@ -7,8 +7,6 @@
 //! enforce each new ceiling exactly, measured from the change, without
 //! cutting a request in flight. Deleting the Bulkhead restores the template.
 
-mod support;
-
 use std::{
     io::{Read, Write},
     net::{SocketAddr, TcpListener, TcpStream},
@@ -19,19 +17,19 @@ use std::{
 };
 
 use bulkhead::pool_config::PoolConfig;
+use bulkhead_testkit::{condition, operator::Operator, unique_suffix, wait_for, ControlPlane, TestNamespace};
 use k8s_openapi::api::{apps::v1::Deployment, core::v1::ConfigMap};
 use kube::{api::Api, Client};
 use serde_json::{json, Value};
-use support::{condition, operator::Operator, unique_suffix, wait_for, ControlPlane, TestNamespace};
 
 const SETTLE: Duration = Duration::from_secs(30);
 const HEADER: &str = "x-bulkhead-class";
 
 fn deployment(ns: &str, replicas: u32) -> String {
-    support::workload::DeploymentYaml {
+    bulkhead_testkit::workload::DeploymentYaml {
         container: "app",
         container_fields: "ports: [{containerPort: 8080}]",
-        ..support::workload::DeploymentYaml::new(ns, "api", replicas)
+        ..bulkhead_testkit::workload::DeploymentYaml::new(ns, "api", replicas)
     }
     .render()
 }
@@ -214,7 +212,7 @@ fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
 fn enforced_ceiling(proxy: &Proxy, class: &str) -> Option<u32> {
     let (_, body) = http_get(proxy.admin, "/metrics")?;
     body.lines()
-        .map(support::proxy::unlabelled)
+        .map(bulkhead_testkit::proxy::unlabelled)
         .filter(|l| l.starts_with(&format!("bulkhead_proxy_class_ceiling{{class=\"{class}\"}}")))
         .find_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .map(|v| v as u32)

@@ -7,8 +7,6 @@
 //! The tests share one cluster and run one after another (the flood's
 //! latency figures must not share the two cores with another test's rollout).
 
-mod support;
-
 use std::{
     collections::BTreeSet,
     net::{IpAddr, SocketAddr},
@@ -18,6 +16,13 @@ use std::{
 };
 
 use bulkhead::pool_config::PoolConfig;
+use bulkhead_testkit::{
+    builders::pool_config,
+    condition,
+    operator::helm_run,
+    real_node::{http_get, sample, Images, RuntimeContainer, SidecarMetrics},
+    unique_suffix, wait_for, ControlPlane, TestNamespace,
+};
 use k8s_openapi::api::{
     apps::v1::Deployment,
     coordination::v1::Lease,
@@ -26,12 +31,6 @@ use k8s_openapi::api::{
 use kube::{
     api::{Api, DeleteParams, ListParams},
     Client,
-};
-use support::{
-    condition,
-    operator::helm_run,
-    real_node::{http_get, sample, Images, RuntimeContainer, SidecarMetrics},
-    unique_suffix, wait_for, ControlPlane, TestNamespace,
 };
 
 const RELEASE_NS: &str = "bulkhead";
@@ -274,11 +273,6 @@ fn in_flight(exposition: &str, class: &str) -> Option<f64> {
 
 fn class_gauge(exposition: &str, metric: &str, class: &str) -> Option<f64> {
     sample(exposition, &format!("bulkhead_proxy_{metric}{{class=\"{class}\"}}"))
-}
-
-async fn pool_config(client: &Client, ns: &str, bulkhead: &str) -> Option<PoolConfig> {
-    let cm = Api::<ConfigMap>::namespaced(client.clone(), ns).get(&format!("bulkhead-{bulkhead}")).await.ok()?;
-    serde_json::from_str(cm.data?.get("pools.json")?).ok()
 }
 
 fn ceiling(config: &PoolConfig, class: &str) -> u32 {

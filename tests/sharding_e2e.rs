@@ -7,8 +7,6 @@
 //!
 //! `FakeKubelet` marks bound pods Ready in the test namespace, so Deployments roll out.
 
-mod support;
-
 use std::{
     collections::{BTreeMap, BTreeSet},
     process::Command,
@@ -16,6 +14,13 @@ use std::{
 };
 
 use bulkhead::crd::Bulkhead;
+use bulkhead_testkit::{
+    audit, condition,
+    kubelet::FakeKubelet,
+    names_with_prefix,
+    operator::{Operator, USER},
+    unique_suffix, wait_for, ControlPlane, TestNamespace,
+};
 use k8s_openapi::api::{
     apps::v1::Deployment,
     core::v1::{Node, Pod},
@@ -26,13 +31,6 @@ use kube::{
     Client,
 };
 use serde_json::{json, Value};
-use support::{
-    audit, condition,
-    kubelet::FakeKubelet,
-    names_with_prefix,
-    operator::{Operator, USER},
-    unique_suffix, wait_for, ControlPlane, TestNamespace,
-};
 
 const TENANTS: usize = 30;
 const SETTLE: Duration = Duration::from_secs(150);
@@ -45,9 +43,9 @@ fn deployments(ns: &str) -> String {
     (0..TENANTS)
         .map(|i| {
             let t = tenant(i);
-            support::workload::DeploymentYaml {
+            bulkhead_testkit::workload::DeploymentYaml {
                 label: ("tenant", &t),
-                ..support::workload::DeploymentYaml::new(ns, &t, 1)
+                ..bulkhead_testkit::workload::DeploymentYaml::new(ns, &t, 1)
             }
             .render()
         })

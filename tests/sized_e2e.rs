@@ -7,26 +7,18 @@
 //! goes away: `Sized` turns Unknown `NoTelemetry`, and while nothing changes
 //! the operator writes nothing more.
 
-#[allow(dead_code)] // shared with other tests
-#[path = "support/prometheus.rs"]
-mod prometheus_support;
-#[allow(dead_code)] // shared with the proxy tests
-#[path = "proxy/support.rs"]
-mod proxy_support;
-mod support;
-
 use std::time::{Duration, Instant};
 
 use bulkhead::crd::Bulkhead;
-use kube::Api;
-use prometheus_support::Prometheus;
-use proxy_support::{http1, request, ConfigDir, Proxy, Upstream};
-use support::{
+use bulkhead_testkit::{
     audit::{now_rfc3339, writes_by},
     condition,
     operator::{Operator, USER},
+    prometheus::Prometheus,
+    proxy::{http1, request, ConfigDir, Proxy, Upstream},
     unique_suffix, wait_for, ControlPlane,
 };
+use kube::Api;
 
 /// How often the operator analyses; the window it reads.
 const PERIOD: &str = "3s";
@@ -45,7 +37,7 @@ fn spec(name: &str) -> String {
 
 /// The same pool as the operator would write it for the proxies.
 fn pools_json(name: &str) -> String {
-    proxy_support::pools(5).replace(r#""bulkhead":"shop""#, &format!(r#""bulkhead":"{name}""#))
+    bulkhead_testkit::proxy::pools(5).replace(r#""bulkhead":"shop""#, &format!(r#""bulkhead":"{name}""#))
 }
 
 /// Holds `held` checkout requests open on `proxy` (its ceiling) and sends

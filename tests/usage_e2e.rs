@@ -6,13 +6,6 @@
 //! behind a bearer token, are read end to end. Each run is bounded: windows
 //! of tens of seconds.
 
-#[allow(dead_code)] // shared with other tests
-#[path = "support/prometheus.rs"]
-mod prometheus_support;
-#[allow(dead_code)] // shared with the proxy tests
-#[path = "proxy/support.rs"]
-mod proxy_support;
-
 use std::{
     collections::HashMap,
     convert::Infallible,
@@ -32,12 +25,14 @@ use bulkhead::{
     prometheus::{advise_with, AdviseOptions, ClientOptions, PrometheusClient, PrometheusError},
     usage::{apply_advice, Advice, FindingKind},
 };
+use bulkhead_testkit::{
+    prometheus::Prometheus,
+    proxy::{free_port, http1, request, ConfigDir, Proxy},
+};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{body::Incoming, Request, Response};
 use hyper_util::rt::TokioIo;
-use prometheus_support::Prometheus;
-use proxy_support::{free_port, http1, request, ConfigDir, Proxy};
 use tokio::sync::Semaphore;
 
 /// One step of the analysis: three scrapes of one second.

@@ -3,6 +3,7 @@
 //! expositions. No cluster.
 
 mod chart;
-#[path = "../support/chart.rs"]
-mod chart_support;
 mod dashboard;
+
+// The shared support, from the test kit (crates/bulkhead-testkit).
+use bulkhead_testkit::chart as chart_support;

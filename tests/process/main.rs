@@ -16,10 +16,10 @@ mod proxy_abuse;
 mod proxy_hostile;
 mod proxy_shared_connection;
 mod proxy_spoofing;
-#[path = "../proxy/support.rs"]
-#[allow(dead_code)]
-mod proxy_support;
 mod proxy_upstream;
 mod readme;
 mod shutdown;
 mod tests_run;
+
+// The shared support, from the test kit (crates/bulkhead-testkit).
+use bulkhead_testkit::proxy as proxy_support;

@@ -7,12 +7,9 @@ mod architecture;
 mod artifacts;
 mod audit;
 mod audit_incremental;
-#[path = "../support/chart.rs"]
-mod chart_support;
 mod check_corpus;
 mod endpoint_slices;
 mod enforcement;
-mod fixtures;
 mod injection;
 mod network_policy;
 mod placement;
@@ -21,3 +18,6 @@ mod shard;
 mod sharding;
 mod sidecar_args;
 mod usage;
+
+// The shared support, from the test kit (crates/bulkhead-testkit).
+use bulkhead_testkit::{chart as chart_support, fixtures};

@@ -7,7 +7,7 @@ use std::path::Path;
 use serde_json::Value;
 
 #[derive(Debug, Clone)]
-pub(crate) struct Write {
+pub struct Write {
     pub verb: String,
     pub uri: String,
     pub user: String,
@@ -18,7 +18,7 @@ pub(crate) struct Write {
 
 /// Write requests (create/update/patch/delete) by `user` received at or after
 /// `since` (RFC 3339, as in the audit log).
-pub(crate) fn writes_by(cp_dir: &Path, user: &str, since: &str) -> Vec<Write> {
+pub fn writes_by(cp_dir: &Path, user: &str, since: &str) -> Vec<Write> {
     let log = std::fs::read_to_string(cp_dir.join("audit.log")).expect("the API server writes an audit log");
     log.lines()
         .filter_map(|line| serde_json::from_str::<Value>(line).ok())
@@ -37,14 +37,14 @@ pub(crate) fn writes_by(cp_dir: &Path, user: &str, since: &str) -> Vec<Write> {
 }
 
 /// Now, in the audit log's format (UTC, microseconds).
-pub(crate) fn now_rfc3339() -> String {
+pub fn now_rfc3339() -> String {
     jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S.%6fZ").to_string()
 }
 
 /// Wait until `user` has written nothing (Events aside) for `quiet`, so that a
 /// check of writes at rest starts after the last reaction to earlier changes
 /// (an old pod going away still moves the audit). Panics after `timeout`.
-pub(crate) async fn wait_quiet(cp_dir: &Path, user: &str, quiet: std::time::Duration, timeout: std::time::Duration) {
+pub async fn wait_quiet(cp_dir: &Path, user: &str, quiet: std::time::Duration, timeout: std::time::Duration) {
     let deadline = std::time::Instant::now() + timeout;
     loop {
         let since = now_rfc3339();

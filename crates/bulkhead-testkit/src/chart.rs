@@ -1,7 +1,6 @@
 //! The chart rendered by real Helm 3 and 4 (tests/helm), and the metric
-//! names the operator and the proxy really export: shared by tests/charts/chart.rs
-//! and tests/charts/dashboard.rs.
-#![allow(dead_code)]
+//! names the operator and the proxy really export: shared by tests/charts/chart.rs,
+//! tests/charts/dashboard.rs and tests/pure/artifacts.rs.
 
 use std::{collections::BTreeMap, process::Command, sync::Arc};
 
@@ -12,7 +11,7 @@ use serde_json::Value;
 
 /// The stdout of a finished command; panics with both outputs, naming
 /// `what`, if it failed. Every Helm runner of the tests ends here.
-pub(crate) fn stdout_or_panic(what: &str, out: std::process::Output) -> String {
+pub fn stdout_or_panic(what: &str, out: std::process::Output) -> String {
     assert!(
         out.status.success(),
         "{what} failed:\n{}\n{}",
@@ -23,13 +22,12 @@ pub(crate) fn stdout_or_panic(what: &str, out: std::process::Output) -> String {
 }
 
 /// Runs tests/helm ARGS with Helm `major`; panics with its output on failure.
-pub(crate) fn helm(major: u8, args: &[&str]) -> String {
+pub fn helm(major: u8, args: &[&str]) -> String {
     stdout_or_panic(&format!("tests/helm {} (Helm {major})", args.join(" ")), helm_output(major, args))
 }
 
-pub(crate) fn helm_output(major: u8, args: &[&str]) -> std::process::Output {
-    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    Command::new(root.join("tests/helm"))
+pub fn helm_output(major: u8, args: &[&str]) -> std::process::Output {
+    Command::new(crate::repo_root().join("tests/helm"))
         .arg(args[0])
         .args(["--major", &major.to_string()])
         .args(&args[1..])
@@ -37,7 +35,7 @@ pub(crate) fn helm_output(major: u8, args: &[&str]) -> std::process::Output {
         .expect("tests/helm runs")
 }
 
-pub(crate) fn render(major: u8, args: &[&str]) -> Vec<Value> {
+pub fn render(major: u8, args: &[&str]) -> Vec<Value> {
     let mut all = vec!["template"];
     all.extend_from_slice(args);
     let rendered = helm(major, &all);
@@ -45,7 +43,7 @@ pub(crate) fn render(major: u8, args: &[&str]) -> Vec<Value> {
     serde_saphyr::from_multiple(&rendered).expect("rendered YAML")
 }
 
-pub(crate) fn find<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
+pub fn find<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
     docs.iter().filter(|d| d["kind"].as_str() == Some(kind)).collect()
 }
 
@@ -62,7 +60,7 @@ fn names(exposition: &str, into: &mut BTreeMap<String, Vec<String>>) {
 
 /// Metric names a selector may use, with the labels each sample carries:
 /// from the exposition of the operator's Metrics with one series in every family.
-pub(crate) fn exported() -> BTreeMap<String, Vec<String>> {
+pub fn exported() -> BTreeMap<String, Vec<String>> {
     let m = Metrics::default();
     m.record_reconcile(true);
     m.leader.set(1);
@@ -92,7 +90,7 @@ pub(crate) fn exported() -> BTreeMap<String, Vec<String>> {
 }
 
 /// The same for a proxy that admitted, rejected and reloaded.
-pub(crate) fn exported_by_proxy() -> BTreeMap<String, Vec<String>> {
+pub fn exported_by_proxy() -> BTreeMap<String, Vec<String>> {
     let config: PoolConfig = serde_json::from_value(serde_json::json!({
         "version": bulkhead::pool_config::POOL_CONFIG_VERSION, "bulkhead": "shop", "resource": "connections",
         "scope": "Instance", "dividedBy": 1, "capacity": 3, "sharedSurplus": 1, "onCeiling": "reject",
@@ -113,7 +111,7 @@ pub(crate) fn exported_by_proxy() -> BTreeMap<String, Vec<String>> {
 
 /// Every vector and matrix selector of an expression.
 #[derive(Default)]
-pub(crate) struct Selectors(pub Vec<VectorSelector>);
+pub struct Selectors(pub Vec<VectorSelector>);
 
 impl ExprVisitor for Selectors {
     type Error = ();

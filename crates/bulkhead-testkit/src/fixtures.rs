@@ -1,7 +1,6 @@
 //! The one way the pure tests build a cluster: API objects made here and fed
 //! through `Snapshot::apply`, exactly as the controller's watches feed them,
 //! so a test cannot build a snapshot the operator would never see.
-#![allow(dead_code)]
 
 use k8s_openapi::api::{
     apps::v1::Deployment,
@@ -19,17 +18,17 @@ fn typed<T: serde::de::DeserializeOwned>(what: &str, v: Value) -> T {
     serde_json::from_value(v).unwrap_or_else(|e| panic!("fixture {what}: {e}"))
 }
 
-pub(crate) fn mk_namespace(name: &str, label_pairs: &[(&str, &str)]) -> Namespace {
+pub fn mk_namespace(name: &str, label_pairs: &[(&str, &str)]) -> Namespace {
     typed("namespace", json!({"metadata": {"name": name, "labels": labels(label_pairs)}}))
 }
 
 /// A Ready node with these labels (and no taints).
-pub(crate) fn mk_node(name: &str, label_pairs: &[(&str, &str)]) -> Node {
+pub fn mk_node(name: &str, label_pairs: &[(&str, &str)]) -> Node {
     mk_node_with(name, labels(label_pairs), json!([]), true)
 }
 
 /// A node with labels and taints given as JSON, Ready or not.
-pub(crate) fn mk_node_with(name: &str, labels: Value, taints: Value, ready: bool) -> Node {
+pub fn mk_node_with(name: &str, labels: Value, taints: Value, ready: bool) -> Node {
     typed(
         "node",
         json!({
@@ -41,7 +40,7 @@ pub(crate) fn mk_node_with(name: &str, labels: Value, taints: Value, ready: bool
 }
 
 /// A pod with these labels, bound to `node` (None: not scheduled).
-pub(crate) fn mk_pod(ns: &str, name: &str, label_pairs: &[(&str, &str)], node: Option<&str>) -> Pod {
+pub fn mk_pod(ns: &str, name: &str, label_pairs: &[(&str, &str)], node: Option<&str>) -> Pod {
     let mut spec = json!({"containers": []});
     if let Some(node) = node {
         spec["nodeName"] = json!(node);
@@ -50,7 +49,7 @@ pub(crate) fn mk_pod(ns: &str, name: &str, label_pairs: &[(&str, &str)], node: O
 }
 
 /// A pod as `mk_pod` makes it, with a RuntimeClass and a pod IP.
-pub(crate) fn mk_pod_with(
+pub fn mk_pod_with(
     ns: &str,
     name: &str,
     label_pairs: &[(&str, &str)],
@@ -69,12 +68,12 @@ pub(crate) fn mk_pod_with(
 }
 
 /// A Service with this spec (`{}`: a ClusterIP Service without a selector).
-pub(crate) fn mk_service(ns: &str, name: &str, spec: Value) -> Service {
+pub fn mk_service(ns: &str, name: &str, spec: Value) -> Service {
     typed("service", json!({"metadata": {"name": name, "namespace": ns}, "spec": spec}))
 }
 
 /// Endpoints of Service `name`: each address with the pod it names, if any.
-pub(crate) fn mk_endpoints(ns: &str, name: &str, addresses: &[(&str, Option<&str>)]) -> Endpoints {
+pub fn mk_endpoints(ns: &str, name: &str, addresses: &[(&str, Option<&str>)]) -> Endpoints {
     let addresses: Vec<Value> = addresses
         .iter()
         .map(|(ip, pod)| match pod {
@@ -85,12 +84,12 @@ pub(crate) fn mk_endpoints(ns: &str, name: &str, addresses: &[(&str, Option<&str
     typed("endpoints", json!({"metadata": {"name": name, "namespace": ns}, "subsets": [{"addresses": addresses}]}))
 }
 
-pub(crate) fn mk_runtime_class(name: &str, handler: &str) -> RuntimeClass {
+pub fn mk_runtime_class(name: &str, handler: &str) -> RuntimeClass {
     typed("runtime class", json!({"metadata": {"name": name}, "handler": handler}))
 }
 
 /// A Deployment of `replicas` pods labelled `app`, one container named `app`.
-pub(crate) fn mk_deployment(ns: &str, name: &str, app: &str, replicas: i32) -> Deployment {
+pub fn mk_deployment(ns: &str, name: &str, app: &str, replicas: i32) -> Deployment {
     typed(
         "deployment",
         json!({
@@ -106,7 +105,7 @@ pub(crate) fn mk_deployment(ns: &str, name: &str, app: &str, replicas: i32) -> D
 }
 
 /// An autoscaler of Deployment `target` up to `max` replicas.
-pub(crate) fn mk_autoscaler(ns: &str, target: &str, max: i32) -> HorizontalPodAutoscaler {
+pub fn mk_autoscaler(ns: &str, target: &str, max: i32) -> HorizontalPodAutoscaler {
     typed(
         "autoscaler",
         json!({

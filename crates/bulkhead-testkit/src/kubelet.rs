@@ -13,10 +13,10 @@ use kube::{
 };
 use serde_json::json;
 
-pub(crate) struct FakeKubelet(tokio::task::JoinHandle<()>);
+pub struct FakeKubelet(tokio::task::JoinHandle<()>);
 
 impl FakeKubelet {
-    pub(crate) fn start(client: Client, namespace: &str) -> Self {
+    pub fn start(client: Client, namespace: &str) -> Self {
         let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
         let nodes: Api<Node> = Api::all(client);
         FakeKubelet(tokio::spawn(async move {

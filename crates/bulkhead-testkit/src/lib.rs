@@ -1,18 +1,36 @@
-//! Test support: one real control plane per test binary (started with
-//! `tests/control-plane up`, or reused from `BULKHEAD_CP_DIR`), a namespace per
-//! test, fake nodes where a test needs them, and the operator binary run under
-//! the Helm chart's RBAC. Nothing here skips: a missing control plane fails
-//! the test with the reason.
-#![allow(dead_code)]
+//! What the operator's tests share, as a library (a dev-dependency of the
+//! operator crate, never published): helpers a test binary does not use are
+//! no dead code here, so no test includes another's files by path.
+//!
+//! At the root, the end-to-end suites' cluster: one real control plane per
+//! test binary (started with `tests/control-plane up`, or reused from
+//! `BULKHEAD_CP_DIR`), a namespace per test, fake nodes where a test needs
+//! them. Nothing here skips: a missing control plane fails the test with the
+//! reason. The modules:
+//!
+//! | module | what |
+//! |---|---|
+//! | `operator` | the operator binary run under the Helm chart's RBAC |
+//! | `audit` | the writes the API server's audit log records |
+//! | `kubelet` | a stand-in kubelet for the fake nodes |
+//! | `real_node` | real pods: images, HTTP to pod IPs, what the runtime says |
+//! | `workload` | the Deployment the end-to-end tests write as YAML |
+//! | `proxy` | the proxy tests' config directory, upstream, `bulkhead proxy` process and clients |
+//! | `prometheus` | a real Prometheus scraping the given targets |
+//! | `chart` | the chart rendered by real Helm, and the metric names really exported |
+//! | `fixtures` | API objects for the pure tests, fed through `Snapshot::apply` |
+//! | `builders` | typed Bulkheads, pool configs and the pool config the operator wrote |
 
-pub(crate) mod audit;
-pub(crate) mod chart;
-pub(crate) mod kubelet;
-pub(crate) mod operator;
-#[path = "../proxy/support.rs"]
-pub(crate) mod proxy;
-pub(crate) mod real_node;
-pub(crate) mod workload;
+pub mod audit;
+pub mod builders;
+pub mod chart;
+pub mod fixtures;
+pub mod kubelet;
+pub mod operator;
+pub mod prometheus;
+pub mod proxy;
+pub mod real_node;
+pub mod workload;
 
 use std::{
     path::{Path, PathBuf},
@@ -28,11 +46,21 @@ use kube::{
     Client, Config,
 };
 
-pub(crate) fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+/// The repository's root, two folders above this crate.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2).expect("crates/bulkhead-testkit").to_path_buf()
 }
 
-pub(crate) struct ControlPlane {
+/// The `bulkhead` binary cargo built for the operator crate's integration
+/// tests (what `CARGO_BIN_EXE_bulkhead` names in them): beside the `deps/`
+/// folder that holds the running test binary.
+pub fn bulkhead_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let dir = exe.parent().and_then(Path::parent).expect("the test binary lies in <target>/<profile>/deps");
+    dir.join(format!("bulkhead{}", std::env::consts::EXE_SUFFIX))
+}
+
+pub struct ControlPlane {
     pub dir: PathBuf,
     pub kubeconfig: PathBuf,
     pub kubectl: PathBuf,
@@ -42,13 +70,13 @@ static CONTROL_PLANE: OnceLock<ControlPlane> = OnceLock::new();
 
 impl ControlPlane {
     /// The control plane of this test binary, started on first use with three fake nodes.
-    pub(crate) fn get() -> &'static ControlPlane {
+    pub fn get() -> &'static ControlPlane {
         Self::start_with(&["--nodes", "3"])
     }
 
     /// The control plane of this test binary with `n` real nodes (kubelets
     /// with containerd) and no fake ones; call it before anything calls `get`.
-    pub(crate) fn with_real_nodes(n: u32) -> &'static ControlPlane {
+    pub fn with_real_nodes(n: u32) -> &'static ControlPlane {
         let cp = Self::start_with(&["--nodes", "0", "--real-nodes", &n.to_string()]);
         let listed = cp.kubectl(&["get", "nodes", "-l", "test.bulkhead.dev/real-node=true", "-o", "name"]);
         assert!(
@@ -72,12 +100,12 @@ impl ControlPlane {
         })
     }
 
-    pub(crate) async fn client(&self) -> Client {
+    pub async fn client(&self) -> Client {
         client_for(&self.kubeconfig).await
     }
 
     /// Run kubectl as cluster-admin; panics with its stderr when it fails.
-    pub(crate) fn kubectl(&self, args: &[&str]) -> String {
+    pub fn kubectl(&self, args: &[&str]) -> String {
         let out = Command::new(&self.kubectl)
             .arg("--kubeconfig")
             .arg(&self.kubeconfig)
@@ -89,14 +117,14 @@ impl ControlPlane {
     }
 
     /// kubectl apply -f - with the given YAML; panics when it fails.
-    pub(crate) fn apply_yaml(&self, yaml: &str) -> String {
+    pub fn apply_yaml(&self, yaml: &str) -> String {
         let (ok, stdout, stderr) = self.try_apply_yaml(yaml);
         assert!(ok, "kubectl apply failed: {stderr}\n{yaml}");
         stdout
     }
 
     /// kubectl apply -f - with the given YAML: (succeeded, stdout, stderr).
-    pub(crate) fn try_apply_yaml(&self, yaml: &str) -> (bool, String, String) {
+    pub fn try_apply_yaml(&self, yaml: &str) -> (bool, String, String) {
         use std::io::Write;
         let mut child = Command::new(&self.kubectl)
             .arg("--kubeconfig")
@@ -117,12 +145,12 @@ impl ControlPlane {
     }
 
     /// SIGKILL `etcd` or `kube-apiserver` (tests/control-plane kill): a crash.
-    pub(crate) fn kill(&self, component: &str) {
+    pub fn kill(&self, component: &str) {
         self.script(&["kill", &self.dir.display().to_string(), component]);
     }
 
     /// Start a killed component again with its data, flags and ports; returns once it is ready.
-    pub(crate) fn restart(&self, component: &str) {
+    pub fn restart(&self, component: &str) {
         self.script(&["restart", &self.dir.display().to_string(), component]);
     }
 
@@ -138,7 +166,7 @@ impl ControlPlane {
     }
 
     /// Register one fake node with extra labels.
-    pub(crate) fn add_node(&self, name: &str, zone: &str, labels: &[(&str, &str)]) {
+    pub fn add_node(&self, name: &str, zone: &str, labels: &[(&str, &str)]) {
         let status = Command::new(repo_root().join("tests/control-plane"))
             .args(["node", name, zone])
             .env("BULKHEAD_CP_DIR", &self.dir)
@@ -185,21 +213,21 @@ fn env_line(dir: &Path, var: &str) -> String {
         .unwrap_or_else(|| panic!("tests/control-plane env printed no {var}: {stdout}"))
 }
 
-pub(crate) async fn client_for(kubeconfig: &Path) -> Client {
+pub async fn client_for(kubeconfig: &Path) -> Client {
     let kc = Kubeconfig::read_from(kubeconfig).expect("kubeconfig readable");
     let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await.expect("kubeconfig valid");
     Client::try_from(config).expect("client")
 }
 
 /// A namespace for one test, deleted when the guard drops (also on panic).
-pub(crate) struct TestNamespace {
+pub struct TestNamespace {
     pub name: String,
     kubeconfig: PathBuf,
     kubectl: PathBuf,
 }
 
 impl TestNamespace {
-    pub(crate) async fn new(prefix: &str, labels: &[(&str, &str)]) -> Self {
+    pub async fn new(prefix: &str, labels: &[(&str, &str)]) -> Self {
         let cp = ControlPlane::get();
         let name = format!("{prefix}-{}", unique_suffix());
         let ns: Namespace = serde_json::from_value(serde_json::json!({
@@ -222,7 +250,7 @@ impl Drop for TestNamespace {
     }
 }
 
-pub(crate) fn unique_suffix() -> String {
+pub fn unique_suffix() -> String {
     use std::sync::atomic::{AtomicU32, Ordering};
     static N: AtomicU32 = AtomicU32::new(0);
     let nanos =
@@ -234,7 +262,7 @@ pub(crate) fn unique_suffix() -> String {
 
 /// A condition of Bulkhead `name` as (status, reason, message), once its status
 /// describes the current generation.
-pub(crate) async fn condition(client: &Client, name: &str, type_: &str) -> Option<(String, String, String)> {
+pub async fn condition(client: &Client, name: &str, type_: &str) -> Option<(String, String, String)> {
     let bh = Api::<bulkhead::crd::Bulkhead>::all(client.clone()).get(name).await.ok()?;
     let status = bh.status?;
     if status.observed_generation != bh.metadata.generation {
@@ -245,7 +273,7 @@ pub(crate) async fn condition(client: &Client, name: &str, type_: &str) -> Optio
 }
 
 /// Poll `check` until it returns Some or `timeout` passes; panics with `what`.
-pub(crate) async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
@@ -262,10 +290,7 @@ where
 
 /// Names of the objects `api` lists that start with `prefix` (e.g. a Bulkhead's
 /// `bulkhead-<name>.` quotas and PriorityClasses).
-pub(crate) async fn names_with_prefix<K>(
-    api: &kube::Api<K>,
-    prefix: &str,
-) -> kube::Result<std::collections::BTreeSet<String>>
+pub async fn names_with_prefix<K>(api: &kube::Api<K>, prefix: &str) -> kube::Result<std::collections::BTreeSet<String>>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {

@@ -13,11 +13,11 @@ use std::{
 
 use super::{repo_root, ControlPlane};
 
-pub(crate) const NAMESPACE: &str = "bulkhead-system";
-pub(crate) const SERVICE_ACCOUNT: &str = "bulkhead";
-pub(crate) const USER: &str = "system:serviceaccount:bulkhead-system:bulkhead";
+pub const NAMESPACE: &str = "bulkhead-system";
+pub const SERVICE_ACCOUNT: &str = "bulkhead";
+pub const USER: &str = "system:serviceaccount:bulkhead-system:bulkhead";
 
-pub(crate) struct Operator {
+pub struct Operator {
     pub metrics_port: u16,
     pub log: PathBuf,
     pub kubeconfig: PathBuf,
@@ -26,14 +26,14 @@ pub(crate) struct Operator {
 
 static OPERATOR: OnceLock<Operator> = OnceLock::new();
 
-pub(crate) fn helm() -> PathBuf {
+pub fn helm() -> PathBuf {
     let out = Command::new(repo_root().join("tests/helm")).arg("path").output().expect("tests/helm runs");
     assert!(out.status.success(), "could not install helm: {}", String::from_utf8_lossy(&out.stderr));
     PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
 }
 
 /// Run helm against the test control plane; panics with its output on failure.
-pub(crate) fn helm_run(args: &[&str]) -> String {
+pub fn helm_run(args: &[&str]) -> String {
     let cp = ControlPlane::get();
     let out = Command::new(helm())
         .args(args)
@@ -49,7 +49,7 @@ static CHART: OnceLock<PathBuf> = OnceLock::new();
 
 /// Install the chart once per test binary; returns the kubeconfig of its
 /// ServiceAccount.
-pub(crate) fn install_chart() -> &'static PathBuf {
+pub fn install_chart() -> &'static PathBuf {
     CHART.get_or_init(|| {
         let cp = ControlPlane::get();
         helm_run(&["install", "bulkhead", "charts/bulkhead", "--namespace", NAMESPACE, "--create-namespace"]);
@@ -68,7 +68,7 @@ pub(crate) fn install_chart() -> &'static PathBuf {
 
 /// A kubeconfig for another ServiceAccount bound to the chart's roles, so the
 /// audit log tells two operator replicas apart by user.
-pub(crate) fn second_service_account(name: &str) -> PathBuf {
+pub fn second_service_account(name: &str) -> PathBuf {
     let cp = ControlPlane::get();
     install_chart();
     cp.apply_yaml(&format!(
@@ -103,22 +103,22 @@ subjects: [{{kind: ServiceAccount, name: {name}, namespace: {NAMESPACE}}}]
 
 /// The sidecar image the test operators inject (nothing pulls it: the end-to-end
 /// suites run the proxy themselves on the operator's ConfigMap).
-pub(crate) const TEST_PROXY_IMAGE: &str = "registry.invalid/bulkhead:e2e";
+pub const TEST_PROXY_IMAGE: &str = "registry.invalid/bulkhead:e2e";
 
 impl Operator {
     /// The shared operator of a test binary (no leader election), started once.
-    pub(crate) fn get() -> &'static Operator {
+    pub fn get() -> &'static Operator {
         OPERATOR.get_or_init(|| Operator::start("bulkhead-test", &[]))
     }
 
     /// Start an operator process under the chart's RBAC; it is stopped when the
     /// test binary exits, however it exits.
-    pub(crate) fn start(instance: &str, extra_args: &[&str]) -> Operator {
+    pub fn start(instance: &str, extra_args: &[&str]) -> Operator {
         Operator::start_as(instance, install_chart(), extra_args)
     }
 
     /// Start an operator process with the credentials in `kubeconfig`.
-    pub(crate) fn start_as(instance: &str, kubeconfig: &Path, extra_args: &[&str]) -> Operator {
+    pub fn start_as(instance: &str, kubeconfig: &Path, extra_args: &[&str]) -> Operator {
         let cp = ControlPlane::get();
         let kubeconfig = kubeconfig.to_path_buf();
         let port = free_port();
@@ -133,7 +133,9 @@ impl Operator {
         let image: &[&str] =
             if extra_args.contains(&"--proxy-image") { &[] } else { &["--proxy-image", TEST_PROXY_IMAGE] };
         let mut watchdog = Command::new("setsid")
-            .args(["bash", "-c", script, "_", env!("CARGO_BIN_EXE_bulkhead"), &port.to_string()])
+            .args(["bash", "-c", script, "_"])
+            .arg(crate::bulkhead_bin())
+            .arg(port.to_string())
             .arg(&log)
             .arg(std::process::id().to_string())
             .arg(&pid_file)
@@ -156,7 +158,7 @@ impl Operator {
     }
 
     /// Send SIGTERM, as Kubernetes does, and wait for the process to exit.
-    pub(crate) fn stop(&self) -> bool {
+    pub fn stop(&self) -> bool {
         let Ok(pid) = std::fs::read_to_string(&self.pid_file) else { return false };
         let pid = pid.trim().to_string();
         let _ = Command::new("kill").arg(&pid).status();
@@ -172,7 +174,7 @@ impl Operator {
     }
 
     /// SIGKILL, a crash: no graceful shutdown, no Lease released. Returns once it is gone.
-    pub(crate) fn kill(&self) -> bool {
+    pub fn kill(&self) -> bool {
         let Ok(pid) = std::fs::read_to_string(&self.pid_file) else { return false };
         let pid = pid.trim().to_string();
         let _ = Command::new("kill").args(["-9", &pid]).status();
@@ -187,17 +189,17 @@ impl Operator {
     }
 
     /// True while the process started by `start` is alive (it never restarted).
-    pub(crate) fn is_running(&self) -> bool {
+    pub fn is_running(&self) -> bool {
         let Ok(pid) = std::fs::read_to_string(&self.pid_file) else { return false };
         Command::new("kill").args(["-0", pid.trim()]).status().map(|s| s.success()).unwrap_or(false)
     }
 
-    pub(crate) fn log_text(&self) -> String {
+    pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// GET a path of the operator's HTTP server: (status code, body).
-    pub(crate) fn http_get(&self, path: &str) -> Option<(u16, String)> {
+    pub fn http_get(&self, path: &str) -> Option<(u16, String)> {
         let mut stream = TcpStream::connect(("127.0.0.1", self.metrics_port)).ok()?;
         stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
         write!(stream, "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").ok()?;

@@ -1,7 +1,7 @@
 //! A real Prometheus (Debian's `prometheus`, installed by `tests/image
 //! packages`) for the tests: on 127.0.0.1 at a free port, its TSDB in a
 //! temporary directory, scraping the given targets every second; stopped
-//! when dropped. Include it with `#[path = "support/prometheus.rs"] mod prometheus_support;`.
+//! when dropped.
 //! A missing binary fails the test: it never skips.
 
 use std::{
@@ -13,10 +13,10 @@ use std::{
 use bulkhead::prometheus::{PrometheusClient, Sample};
 
 /// How long Prometheus may take to start and answer.
-pub(crate) const READY_WITHIN: Duration = Duration::from_secs(30);
-pub(crate) const SCRAPE_INTERVAL: &str = "1s";
+pub const READY_WITHIN: Duration = Duration::from_secs(30);
+pub const SCRAPE_INTERVAL: &str = "1s";
 
-pub(crate) struct Prometheus {
+pub struct Prometheus {
     child: Child,
     pub addr: SocketAddr,
     dir: tempfile::TempDir,
@@ -24,7 +24,7 @@ pub(crate) struct Prometheus {
 
 impl Prometheus {
     /// Scrape each of `targets` (host:port serving /metrics) as job `bulkhead-proxy`.
-    pub(crate) async fn start(targets: &[SocketAddr]) -> Self {
+    pub async fn start(targets: &[SocketAddr]) -> Self {
         let targets: Vec<String> = targets.iter().map(|t| format!("'{t}'")).collect();
         Self::start_with_scrape_configs(&format!(
             "  - job_name: bulkhead-proxy\n    static_configs:\n      - targets: [{}]\n",
@@ -34,13 +34,13 @@ impl Prometheus {
     }
 
     /// `scrape_configs` is the YAML list under `scrape_configs:`, indented by two.
-    pub(crate) async fn start_with_scrape_configs(scrape_configs: &str) -> Self {
+    pub async fn start_with_scrape_configs(scrape_configs: &str) -> Self {
         Self::start_serving(scrape_configs, None, |addr| PrometheusClient::new(&format!("http://{addr}")).ok()).await
     }
 
     /// The same, serving its API as `web_config` says (`--web.config.file`:
     /// TLS, basic auth); `client` asks it whether it is ready.
-    pub(crate) async fn start_with_web_config(
+    pub async fn start_with_web_config(
         scrape_configs: &str,
         web_config: &str,
         client: impl Fn(SocketAddr) -> Option<PrometheusClient>,
@@ -98,26 +98,26 @@ impl Prometheus {
         }
     }
 
-    pub(crate) fn url(&self) -> String {
+    pub fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
 
-    pub(crate) fn client(&self) -> PrometheusClient {
+    pub fn client(&self) -> PrometheusClient {
         PrometheusClient::new(&self.url()).expect("a valid URL")
     }
 
-    pub(crate) fn log(&self) -> String {
+    pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("prometheus.log")).unwrap_or_default()
     }
 
     /// An instant query now.
-    pub(crate) async fn query(&self, promql: &str) -> Vec<Sample> {
+    pub async fn query(&self, promql: &str) -> Vec<Sample> {
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs_f64();
         self.client().query(promql, now).await.unwrap_or_else(|e| panic!("{promql}: {e}"))
     }
 
     /// Wait (bounded by `within`) until `promql` returns at least `n` series.
-    pub(crate) async fn wait_for_series(&self, promql: &str, n: usize, within: Duration) -> Vec<Sample> {
+    pub async fn wait_for_series(&self, promql: &str, n: usize, within: Duration) -> Vec<Sample> {
         let deadline = Instant::now() + within;
         loop {
             let found = self.query(promql).await;

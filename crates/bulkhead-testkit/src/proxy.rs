@@ -26,14 +26,14 @@ use hyper_util::{
 };
 use tokio::sync::watch;
 
-pub(crate) const WAIT: Duration = Duration::from_secs(15);
+pub const WAIT: Duration = Duration::from_secs(15);
 
 /// capacity 10 = floors 2 + 2 + 2 + surplus 4; ceilings 5, 4, 2.
-pub(crate) fn pools(checkout_ceiling: u32) -> String {
+pub fn pools(checkout_ceiling: u32) -> String {
     pools_with(10, checkout_ceiling)
 }
 
-pub(crate) fn pools_with(capacity: u32, checkout_ceiling: u32) -> String {
+pub fn pools_with(capacity: u32, checkout_ceiling: u32) -> String {
     format!(
         r#"{{"version":1,"bulkhead":"shop","resource":"requests","scope":"Instance","dividedBy":1,
   "capacity":{capacity},"sharedSurplus":4,"onCeiling":"reject","classes":[
@@ -44,26 +44,26 @@ pub(crate) fn pools_with(capacity: u32, checkout_ceiling: u32) -> String {
 }
 
 /// A ConfigMap volume as the kubelet lays it out and updates it.
-pub(crate) struct ConfigDir {
+pub struct ConfigDir {
     pub dir: tempfile::TempDir,
     current: Option<PathBuf>,
     serial: u32,
 }
 
 impl ConfigDir {
-    pub(crate) fn new(pools_json: &str) -> Self {
+    pub fn new(pools_json: &str) -> Self {
         let mut c = ConfigDir { dir: tempfile::tempdir().expect("tempdir"), current: None, serial: 0 };
         c.update(pools_json);
         std::os::unix::fs::symlink("..data/pools.json", c.path().join("pools.json")).expect("pools.json link");
         c
     }
 
-    pub(crate) fn path(&self) -> &Path {
+    pub fn path(&self) -> &Path {
         self.dir.path()
     }
 
     /// New timestamped directory, `..data_tmp` pointing at it, renamed onto `..data`, old one removed.
-    pub(crate) fn update(&mut self, pools_json: &str) {
+    pub fn update(&mut self, pools_json: &str) {
         self.serial += 1;
         let name = format!("..2026_12_03_10_00_00.{:09}", self.serial);
         let fresh = self.path().join(&name);
@@ -80,7 +80,7 @@ impl ConfigDir {
 
 /// An exposition line without the `bulkhead="…"` label every proxy series
 /// carries, so that a test names a series by the labels it is about.
-pub(crate) fn unlabelled(line: &str) -> String {
+pub fn unlabelled(line: &str) -> String {
     const KEY: &str = "bulkhead=\"";
     let Some(start) = line.find(KEY) else { return line.to_owned() };
     let value = start + KEY.len();
@@ -93,7 +93,7 @@ pub(crate) fn unlabelled(line: &str) -> String {
     format!("{}{}", &line[..a], &line[b..]).replacen("{}", "", 1)
 }
 
-pub(crate) fn free_port() -> SocketAddr {
+pub fn free_port() -> SocketAddr {
     let l = StdListener::bind("127.0.0.1:0").expect("bind");
     l.local_addr().expect("addr")
 }
@@ -101,7 +101,7 @@ pub(crate) fn free_port() -> SocketAddr {
 type UpBody = BoxBody<Bytes, Infallible>;
 
 /// Length of the upstream's `/large` response.
-pub(crate) const LARGE: usize = 2 << 20;
+pub const LARGE: usize = 2 << 20;
 
 /// An upstream: `/hold` sends its head and a first chunk, then the rest only
 /// when the test calls `release`; `/flood` streams as fast as it is read;
@@ -110,7 +110,7 @@ pub(crate) const LARGE: usize = 2 << 20;
 /// `/take` reads the request body and never answers; `/early` (`/early0`: empty)
 /// answers before it reads the body;
 /// anything else answers `ok` at once, echoing the x-forwarded-for it saw.
-pub(crate) struct Upstream {
+pub struct Upstream {
     pub addr: SocketAddr,
     release: watch::Sender<u64>,
     /// Request bodies `/take` has read to their end.
@@ -118,7 +118,7 @@ pub(crate) struct Upstream {
 }
 
 impl Upstream {
-    pub(crate) async fn start() -> Self {
+    pub async fn start() -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind upstream");
         let addr = listener.local_addr().expect("addr");
         let (release, rx) = watch::channel(0u64);
@@ -139,17 +139,17 @@ impl Upstream {
         Upstream { addr, release, taken }
     }
 
-    pub(crate) fn url(&self) -> String {
+    pub fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
 
     /// Let every response held so far finish.
     /// How many request bodies `/take` has read to their end.
-    pub(crate) fn bodies_taken(&self) -> usize {
+    pub fn bodies_taken(&self) -> usize {
         self.taken.load(Ordering::Relaxed)
     }
 
-    pub(crate) fn release(&self) {
+    pub fn release(&self) {
         self.release.send_modify(|v| *v += 1);
     }
 }
@@ -254,7 +254,7 @@ async fn answer(
 }
 
 /// The real binary, killed if the test ends without stopping it.
-pub(crate) struct Proxy {
+pub struct Proxy {
     child: Child,
     pub listen: SocketAddr,
     pub admin: SocketAddr,
@@ -263,12 +263,12 @@ pub(crate) struct Proxy {
 
 impl Proxy {
     /// `bulkhead proxy --config-dir DIR --listen L --admin A` plus `extra`.
-    pub(crate) async fn start(config_dir: &Path, extra: &[&str]) -> Self {
+    pub async fn start(config_dir: &Path, extra: &[&str]) -> Self {
         Self::start_limited(config_dir, extra, None).await
     }
 
     /// `start`, with at most `nofile` file descriptors (util-linux's prlimit).
-    pub(crate) async fn start_limited(config_dir: &Path, extra: &[&str], nofile: Option<u64>) -> Self {
+    pub async fn start_limited(config_dir: &Path, extra: &[&str], nofile: Option<u64>) -> Self {
         let (listen, admin) = (free_port(), free_port());
         let log = tempfile::NamedTempFile::new().expect("log file");
         let mut args = vec![
@@ -282,7 +282,7 @@ impl Proxy {
         ];
         args.extend(extra.iter().map(|s| s.to_string()));
         // BULKHEAD_PROXY_BIN runs the tests against another build (an older one, to see a test fail).
-        let bin = std::env::var("BULKHEAD_PROXY_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_bulkhead").to_owned());
+        let bin = std::env::var_os("BULKHEAD_PROXY_BIN").map_or_else(crate::bulkhead_bin, PathBuf::from);
         let mut command = match nofile {
             Some(n) => {
                 let mut c = Command::new("prlimit");
@@ -308,33 +308,33 @@ impl Proxy {
         proxy
     }
 
-    pub(crate) fn log(&self) -> String {
+    pub fn log(&self) -> String {
         std::fs::read_to_string(self.log.path()).unwrap_or_default()
     }
 
     /// The process's resident memory (VmRSS), in KiB.
-    pub(crate) fn rss_kib(&self) -> u64 {
+    pub fn rss_kib(&self) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).expect("proc status");
         let line = status.lines().find(|l| l.starts_with("VmRSS:")).expect("VmRSS");
         line.split_whitespace().nth(1).and_then(|v| v.parse().ok()).expect("VmRSS in kB")
     }
 
-    pub(crate) fn url(&self, path: &str) -> String {
+    pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.listen)
     }
 
     /// The exposition, each line `unlabelled`.
-    pub(crate) async fn metrics(&self) -> String {
+    pub async fn metrics(&self) -> String {
         let text = self.raw_metrics().await;
         text.lines().map(|l| unlabelled(l) + "\n").collect()
     }
 
-    pub(crate) async fn raw_metrics(&self) -> String {
+    pub async fn raw_metrics(&self) -> String {
         get(&format!("http://{}/metrics", self.admin)).await.map(|(_, b)| b).unwrap_or_default()
     }
 
     /// The value of one series, e.g. `bulkhead_proxy_in_flight{class="checkout",pool="floor"}`.
-    pub(crate) async fn metric(&self, series: &str) -> f64 {
+    pub async fn metric(&self, series: &str) -> f64 {
         let text = self.metrics().await;
         text.lines()
             .find_map(|l| l.strip_prefix(series).and_then(|v| v.strip_prefix(' ')))
@@ -342,17 +342,17 @@ impl Proxy {
             .unwrap_or_else(|| panic!("{series} not in\n{text}"))
     }
 
-    pub(crate) async fn in_flight(&self, class: &str) -> f64 {
+    pub async fn in_flight(&self, class: &str) -> f64 {
         let floor = self.metric(&format!(r#"bulkhead_proxy_in_flight{{class="{class}",pool="floor"}}"#)).await;
         floor + self.metric(&format!(r#"bulkhead_proxy_in_flight{{class="{class}",pool="surplus"}}"#)).await
     }
 
-    pub(crate) async fn generation(&self) -> u64 {
+    pub async fn generation(&self) -> u64 {
         self.metric("bulkhead_proxy_config_generation").await as u64
     }
 
     /// Wait (bounded) until the generation is `n`; how long it took.
-    pub(crate) async fn await_generation(&self, n: u64) -> Duration {
+    pub async fn await_generation(&self, n: u64) -> Duration {
         let started = Instant::now();
         while self.generation().await != n {
             assert!(started.elapsed() < WAIT, "generation {n} never applied:\n{}", self.log());
@@ -361,17 +361,17 @@ impl Proxy {
         started.elapsed()
     }
 
-    pub(crate) fn terminate(&self) {
+    pub fn terminate(&self) {
         let status = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().expect("kill runs");
         assert!(status.success());
     }
 
-    pub(crate) fn running(&mut self) -> bool {
+    pub fn running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
 
     /// Wait (bounded) for the process to exit.
-    pub(crate) async fn exited(&mut self, within: Duration) -> ExitStatus {
+    pub async fn exited(&mut self, within: Duration) -> ExitStatus {
         let started = Instant::now();
         loop {
             if let Some(status) = self.child.try_wait().expect("wait") {
@@ -390,17 +390,17 @@ impl Drop for Proxy {
     }
 }
 
-pub(crate) type HttpClient = Client<HttpConnector, Empty<Bytes>>;
+pub type HttpClient = Client<HttpConnector, Empty<Bytes>>;
 
-pub(crate) fn http1() -> HttpClient {
+pub fn http1() -> HttpClient {
     Client::builder(TokioExecutor::new()).build(HttpConnector::new())
 }
 
-pub(crate) fn h2c() -> HttpClient {
+pub fn h2c() -> HttpClient {
     Client::builder(TokioExecutor::new()).http2_only(true).build(HttpConnector::new())
 }
 
-pub(crate) fn request(url: &str, class: Option<&str>) -> Request<Empty<Bytes>> {
+pub fn request(url: &str, class: Option<&str>) -> Request<Empty<Bytes>> {
     let mut b = Request::builder().uri(url);
     if let Some(class) = class {
         b = b.header("x-class", class);
@@ -409,7 +409,7 @@ pub(crate) fn request(url: &str, class: Option<&str>) -> Request<Empty<Bytes>> {
 }
 
 /// A GET whose whole body is read; None if the connection failed.
-pub(crate) async fn get(url: &str) -> Option<(u16, String)> {
+pub async fn get(url: &str) -> Option<(u16, String)> {
     let res = tokio::time::timeout(WAIT, http1().request(request(url, None))).await.ok()?.ok()?;
     let status = res.status().as_u16();
     let body = res.into_body().collect().await.ok()?.to_bytes();
@@ -417,12 +417,12 @@ pub(crate) async fn get(url: &str) -> Option<(u16, String)> {
 }
 
 /// Send and return the response with its body unread.
-pub(crate) async fn send(client: &HttpClient, req: Request<Empty<Bytes>>) -> Response<Incoming> {
+pub async fn send(client: &HttpClient, req: Request<Empty<Bytes>>) -> Response<Incoming> {
     tokio::time::timeout(WAIT, client.request(req)).await.expect("in time").expect("a response")
 }
 
 /// A `/hold` response that has started streaming: its head and first chunk are here.
-pub(crate) async fn hold(client: &HttpClient, proxy: &Proxy, class: Option<&str>) -> Response<Incoming> {
+pub async fn hold(client: &HttpClient, proxy: &Proxy, class: Option<&str>) -> Response<Incoming> {
     let mut res = send(client, request(&proxy.url("/hold"), class)).await;
     assert_eq!(res.status(), 200, "{:?}", res.headers());
     let first = tokio::time::timeout(WAIT, res.body_mut().frame()).await.expect("in time");
@@ -432,11 +432,11 @@ pub(crate) async fn hold(client: &HttpClient, proxy: &Proxy, class: Option<&str>
 }
 
 /// Read the rest of a held body (after `release`): it must end cleanly with `end`.
-pub(crate) async fn finish(res: Response<Incoming>) {
+pub async fn finish(res: Response<Incoming>) {
     let body = tokio::time::timeout(WAIT, res.into_body().collect()).await.expect("in time").expect("not cut");
     assert_eq!(body.to_bytes(), "end\n");
 }
 
-pub(crate) fn header<'a>(res: &'a Response<Incoming>, name: &str) -> &'a str {
+pub fn header<'a>(res: &'a Response<Incoming>, name: &str) -> &'a str {
     res.headers().get(name).and_then(|v| v.to_str().ok()).unwrap_or("")
 }

@@ -15,7 +15,7 @@ use std::{
 use super::{repo_root, ControlPlane};
 
 /// The operator and test-app images, built and imported into every real node once per test binary.
-pub(crate) struct Images {
+pub struct Images {
     pub operator: String,
     pub app: String,
 }
@@ -23,7 +23,7 @@ pub(crate) struct Images {
 static IMAGES: OnceLock<Images> = OnceLock::new();
 
 impl Images {
-    pub(crate) fn get() -> &'static Images {
+    pub fn get() -> &'static Images {
         IMAGES.get_or_init(|| {
             let cp = ControlPlane::get();
             let started = Instant::now();
@@ -57,14 +57,14 @@ impl Images {
     }
 
     /// (repository, tag) of the operator image, as the chart's values take it.
-    pub(crate) fn operator_repo_tag(&self) -> (&str, &str) {
+    pub fn operator_repo_tag(&self) -> (&str, &str) {
         self.operator.rsplit_once(':').expect("the operator image has a tag")
     }
 }
 
 /// One HTTP/1.1 exchange on a fresh connection: (status, elapsed). Status 0
 /// when the connection failed or no status line came back within `timeout`.
-pub(crate) fn http_get(addr: SocketAddr, path: &str, timeout: Duration) -> (u16, Duration) {
+pub fn http_get(addr: SocketAddr, path: &str, timeout: Duration) -> (u16, Duration) {
     let started = Instant::now();
     let status = (|| {
         let mut stream = TcpStream::connect_timeout(&addr, timeout).ok()?;
@@ -84,7 +84,7 @@ pub(crate) fn http_get(addr: SocketAddr, path: &str, timeout: Duration) -> (u16,
 /// The value of one sample in a Prometheus text exposition, by its exact
 /// name and label set as printed (e.g. `bulkhead_proxy_class_in_flight{class="a"}`),
 /// leaving out the `bulkhead` label every proxy series carries.
-pub(crate) fn sample(exposition: &str, series: &str) -> Option<f64> {
+pub fn sample(exposition: &str, series: &str) -> Option<f64> {
     exposition.lines().find_map(|l| unlabelled(l).strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
@@ -92,7 +92,7 @@ use super::proxy::unlabelled;
 
 /// A container as the runtime on a real node knows it.
 #[derive(Debug)]
-pub(crate) struct RuntimeContainer {
+pub struct RuntimeContainer {
     pub id: String,
     pub node: String,
     /// The host PID of the container's first process.
@@ -102,7 +102,7 @@ pub(crate) struct RuntimeContainer {
 impl RuntimeContainer {
     /// The container named `container` of pod `namespace/pod`, from the
     /// containerd of whichever real node runs it (CRI labels its containers).
-    pub(crate) fn find(cp: &ControlPlane, namespace: &str, pod: &str, container: &str) -> Option<RuntimeContainer> {
+    pub fn find(cp: &ControlPlane, namespace: &str, pod: &str, container: &str) -> Option<RuntimeContainer> {
         for node_dir in node_dirs(cp) {
             let socket = node_dir.join("containerd.sock");
             let ctr = |args: &[&str]| -> Option<String> {
@@ -132,7 +132,7 @@ impl RuntimeContainer {
     }
 
     /// Real, effective, saved and filesystem uids of its process (/proc/PID/status).
-    pub(crate) fn uids(&self) -> Vec<u32> {
+    pub fn uids(&self) -> Vec<u32> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).expect("/proc/PID/status");
         status
             .lines()
@@ -144,7 +144,7 @@ impl RuntimeContainer {
     }
 
     /// The options of the mount at / inside its mount namespace (/proc/PID/mountinfo).
-    pub(crate) fn root_mount_options(&self) -> Vec<String> {
+    pub fn root_mount_options(&self) -> Vec<String> {
         let info = std::fs::read_to_string(format!("/proc/{}/mountinfo", self.pid)).expect("/proc/PID/mountinfo");
         // Fields: id parent major:minor root mount-point options ...; the last mount at / wins.
         let root = info.lines().rfind(|l| l.split_whitespace().nth(4) == Some("/")).expect("a mount at /");
@@ -152,7 +152,7 @@ impl RuntimeContainer {
     }
 
     /// Its descriptor limit (soft, hard) as it runs (/proc/PID/limits).
-    pub(crate) fn nofile(&self) -> (String, String) {
+    pub fn nofile(&self) -> (String, String) {
         let limits = std::fs::read_to_string(format!("/proc/{}/limits", self.pid)).expect("/proc/PID/limits");
         let line = limits.lines().find(|l| l.starts_with("Max open files")).expect("a Max open files line");
         let mut f = line.trim_start_matches("Max open files").split_whitespace();
@@ -160,13 +160,13 @@ impl RuntimeContainer {
     }
 
     /// Its command line, as the kernel has it.
-    pub(crate) fn cmdline(&self) -> Vec<String> {
+    pub fn cmdline(&self) -> Vec<String> {
         let raw = std::fs::read(format!("/proc/{}/cmdline", self.pid)).expect("/proc/PID/cmdline");
         raw.split(|b| *b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect()
     }
 
     /// Whether the process can write below / (a probe from the host into its root).
-    pub(crate) fn root_writable(&self) -> bool {
+    pub fn root_writable(&self) -> bool {
         let probe = Path::new("/proc").join(self.pid.to_string()).join("root/.bulkhead-write-probe");
         // As root on the host a read-only mount still refuses the write.
         let wrote = std::fs::write(&probe, b"x").is_ok();
@@ -184,7 +184,7 @@ fn node_dirs(cp: &ControlPlane) -> Vec<PathBuf> {
 /// else `--admin`), scraped from inside its pod's network namespace: the
 /// default keeps metrics off the pod IP.
 #[derive(Clone, Debug)]
-pub(crate) struct SidecarMetrics {
+pub struct SidecarMetrics {
     pub pid: u32,
     /// Where to scrape from inside the pod.
     pub addr: SocketAddr,
@@ -193,7 +193,7 @@ pub(crate) struct SidecarMetrics {
 }
 
 impl SidecarMetrics {
-    pub(crate) fn of(container: &RuntimeContainer) -> SidecarMetrics {
+    pub fn of(container: &RuntimeContainer) -> SidecarMetrics {
         let args = container.cmdline();
         let flag = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
         let listen = flag("--metrics").or_else(|| flag("--admin")).expect("the sidecar names a metrics address");
@@ -206,7 +206,7 @@ impl SidecarMetrics {
     }
 
     /// GET /metrics from inside the pod (nsenter into its network namespace).
-    pub(crate) fn scrape(&self) -> Option<String> {
+    pub fn scrape(&self) -> Option<String> {
         let out = Command::new("nsenter")
             .arg(format!("--net=/proc/{}/ns/net", self.pid))
             .args(["curl", "-sf", "-m", "5"])

@@ -2,7 +2,7 @@
 //! what differs (labels, replicas, the container, its own scheduling fields).
 
 /// A Deployment of pause containers selected by one label.
-pub(crate) struct DeploymentYaml<'a> {
+pub struct DeploymentYaml<'a> {
     pub namespace: &'a str,
     pub name: &'a str,
     /// The selector's and the template's one label (`app: NAME` by default).
@@ -17,7 +17,7 @@ pub(crate) struct DeploymentYaml<'a> {
 }
 
 impl<'a> DeploymentYaml<'a> {
-    pub(crate) fn new(namespace: &'a str, name: &'a str, replicas: u32) -> Self {
+    pub fn new(namespace: &'a str, name: &'a str, replicas: u32) -> Self {
         Self {
             namespace,
             name,
@@ -29,7 +29,7 @@ impl<'a> DeploymentYaml<'a> {
         }
     }
 
-    pub(crate) fn render(&self) -> String {
+    pub fn render(&self) -> String {
         let Self { namespace, name, label: (key, value), replicas, container, container_fields, pod_spec_lines } = self;
         let fields = if container_fields.is_empty() { String::new() } else { format!(", {container_fields}") };
         format!(
