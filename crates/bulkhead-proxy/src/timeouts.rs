@@ -86,6 +86,11 @@ pub(crate) struct StreamTimeouts {
 #[error("no data for {0:?} (idle timeout)")]
 pub(crate) struct IdleTimeout(pub(crate) Duration);
 
+/// How long one admin connection may last before it is asked to close (it
+/// finishes the request it is on), and how long after that it is cut.
+pub(crate) const ADMIN_LIFETIME: Duration = Duration::from_secs(30);
+pub(crate) const ADMIN_CUT_AFTER: Duration = Duration::from_secs(10);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,8 +110,3 @@ mod tests {
         assert_eq!(off.stream(Some(secs(90))).response_headers, Some(secs(90)));
     }
 }
-
-/// How long one admin connection may last before it is asked to close (it
-/// finishes the request it is on), and how long after that it is cut.
-pub(crate) const ADMIN_LIFETIME: Duration = Duration::from_secs(30);
-pub(crate) const ADMIN_CUT_AFTER: Duration = Duration::from_secs(10);
