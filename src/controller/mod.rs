@@ -3,31 +3,14 @@
 //! audits again only when something it reads changed; only differences are
 //! written.
 
-mod apply;
-mod audits;
-mod backend_source;
-mod backoff;
-mod catch_up;
-mod client;
-mod enforcement;
+mod context;
 mod error;
-mod events;
-mod finalizer;
-mod http;
-mod leader;
 mod memory;
-mod metrics;
-mod observe;
-mod process_metrics;
 mod reconcile;
-mod recorder;
-mod refusals;
-mod stamp;
+mod runtime;
 #[cfg(test)]
 mod tests;
-mod untyped;
-mod usage;
-mod watch_backoff;
+mod watch;
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
@@ -44,28 +27,26 @@ use kube::{
 };
 use tracing::{info, warn};
 
-pub use client::client;
-pub use enforcement::EnforcementOptions;
+pub use context::Context;
 pub use error::Error;
-pub use metrics::{ErrorLabels, Metrics};
-pub use observe::SharedSnapshot;
-pub use recorder::EVENTS_NAMESPACE;
-pub use usage::{Analyst, UsageOptions, DEFAULT_PERIOD, DEFAULT_WINDOW};
+pub use memory::{
+    enforcement::EnforcementOptions,
+    usage::{Analyst, UsageOptions, DEFAULT_PERIOD, DEFAULT_WINDOW},
+};
+pub use reconcile::recorder::EVENTS_NAMESPACE;
+pub use runtime::{
+    client::client,
+    leader::LeaseRef,
+    metrics::{ErrorLabels, Metrics},
+};
+pub use watch::observe::SharedSnapshot;
+
+use memory::{enforcement, kept, usage};
+use reconcile::{recorder, steps};
+use runtime::{http, leader, metrics};
+use watch::{catch_up, observe, watch_backoff};
 
 use crate::crd::Bulkhead;
-
-/// Shared by every reconcile.
-pub struct Context {
-    pub client: Client,
-    pub events: recorder::EventRecorder,
-    pub metrics: Arc<Metrics>,
-    pub snapshot: Arc<SharedSnapshot>,
-    pub config: crate::evaluate::Config,
-    /// What is kept about each Bulkhead between reconciles.
-    pub memory: memory::Memory,
-    /// The operator's name: it acts only on the Bulkheads labelled with it.
-    pub operator_name: Option<String>,
-}
 
 #[derive(Clone, Debug)]
 pub struct RunOptions {
@@ -87,8 +68,6 @@ pub struct RunOptions {
     /// one, only on those without the label (`crd::operator_selector`).
     pub operator_name: Option<String>,
 }
-
-pub use leader::LeaseRef;
 
 fn error_policy(obj: Arc<DeserializeGuard<Bulkhead>>, error: &Error, ctx: Arc<Context>) -> Action {
     let wait = ctx.memory.backoff.next(&obj.name_any());
@@ -112,7 +91,7 @@ pub async fn run(client: Client, options: RunOptions) -> Result<(), Error> {
         metrics: metrics.clone(),
         snapshot: snapshot.clone(),
         config: options.config.clone(),
-        memory: memory::Memory::new(
+        memory: kept::Memory::new(
             Arc::new(usage::Usage::new(options.usage.clone(), metrics.clone())),
             Arc::new(enforcement::Enforcement::new(options.enforcement, metrics.clone())),
         ),
@@ -187,7 +166,7 @@ pub async fn run(client: Client, options: RunOptions) -> Result<(), Error> {
         .trigger_backoff(watch_backoff::WatchBackoff::with_cap(Duration::from_secs(1)))
         .reconcile_all_on(changes)
         .graceful_shutdown_on(shutdown)
-        .run(reconcile::reconcile, error_policy, ctx)
+        .run(steps::reconcile, error_policy, ctx)
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "controller event");

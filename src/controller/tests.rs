@@ -18,17 +18,17 @@ use tower_test::mock;
 
 mod network_policy;
 
-use super::{
-    backoff::Backoff,
-    enforcement::{Enforcement, EnforcementOptions},
-    memory::Memory,
-    observe::SharedSnapshot,
-    reconcile::reconcile,
-    recorder::EventRecorder,
-    refusals::RefusalMemory,
-    usage::{Usage, UsageOptions},
-    Context, Error, Metrics,
-};
+use crate::controller::context::Context;
+use crate::controller::error::Error;
+use crate::controller::memory::backoff::Backoff;
+use crate::controller::memory::enforcement::{Enforcement, EnforcementOptions};
+use crate::controller::memory::kept::Memory;
+use crate::controller::memory::refusals::RefusalMemory;
+use crate::controller::memory::usage::{Usage, UsageOptions};
+use crate::controller::reconcile::recorder::EventRecorder;
+use crate::controller::reconcile::steps::reconcile;
+use crate::controller::runtime::metrics::Metrics;
+use crate::controller::watch::observe::SharedSnapshot;
 use crate::{
     crd::{Bulkhead, FINALIZER},
     evaluate::{evaluate, Config},
@@ -84,7 +84,7 @@ struct Kept {
     usage: Arc<Usage>,
     /// The sidecars' answers (which pool config they enforce).
     enforcement: Arc<Enforcement>,
-    audits: Arc<super::audits::AuditCache>,
+    audits: Arc<crate::controller::memory::audits::AuditCache>,
     /// Where the usage analyses are counted.
     metrics: Arc<Metrics>,
     /// Generations the metadata watch has seen, by Bulkhead.
@@ -647,7 +647,7 @@ async fn an_unreachable_prometheus_is_no_telemetry_and_a_refused_query_a_failed_
         error: "parse error".into(),
         query: "up{".into(),
     };
-    assert!(matches!(super::usage::sizing(Err(refused)), crate::status::Sizing::Failed(_)));
+    assert!(matches!(crate::controller::memory::usage::sizing(Err(refused)), crate::status::Sizing::Failed(_)));
 }
 
 /// The controller's watch can lag the metadata watch (after an API server

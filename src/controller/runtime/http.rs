@@ -4,9 +4,9 @@ use std::sync::Arc;
 
 use axum::{extract::State, http::StatusCode, routing::get, Router};
 
-use super::Context;
+use crate::controller::context::Context;
 
-pub(super) async fn serve(
+pub(in crate::controller) async fn serve(
     listener: tokio::net::TcpListener,
     ctx: Arc<Context>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,

@@ -16,7 +16,7 @@ use kube_lease_manager::{LeaseManager, LeaseManagerBuilder, LeaseManagerError, L
 use tokio::{sync::watch, task::JoinHandle};
 use tracing::{info, warn};
 
-use super::Error;
+use crate::controller::error::Error;
 
 /// Seconds a Lease is valid after its last renewal, and how long before that the holder renews it.
 const DURATION: u64 = 15;
@@ -35,20 +35,20 @@ pub struct LeaseRef {
 type ManagerTask = JoinHandle<Result<LeaseManager, LeaseManagerError>>;
 
 /// This replica holds the Lease until `lost` completes or `release` is called.
-pub(super) struct Leadership {
+pub(in crate::controller) struct Leadership {
     holding: watch::Receiver<bool>,
     task: ManagerTask,
 }
 
 impl Leadership {
     /// Completes if the Lease is ever lost (not renewed in time, taken over).
-    pub(super) fn lost(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+    pub(in crate::controller) fn lost(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
         let mut holding = self.holding.clone();
         async move { while holding.changed().await.is_ok() && *holding.borrow_and_update() {} }
     }
 
     /// Give the Lease up (after the last write), so a standby need not wait for it to expire.
-    pub(super) async fn release(self) {
+    pub(in crate::controller) async fn release(self) {
         // Dropping every receiver makes the manager's task release the Lease and end.
         drop(self.holding);
         match tokio::time::timeout(RELEASE_TIMEOUT, self.task).await {
@@ -63,7 +63,11 @@ impl Leadership {
 }
 
 /// Wait until this replica holds the Lease.
-pub(super) async fn acquire(client: &Client, lease: &LeaseRef, identity: String) -> Result<Leadership, Error> {
+pub(in crate::controller) async fn acquire(
+    client: &Client,
+    lease: &LeaseRef,
+    identity: String,
+) -> Result<Leadership, Error> {
     info!(lease = %lease.name, namespace = %lease.namespace, %identity, "waiting for the leader lease");
     loop {
         let manager = LeaseManagerBuilder::new(client.clone(), &lease.name)

@@ -6,10 +6,10 @@
 use kube::Client;
 
 /// The group version asked for: its resource list says whether slices are served.
-pub(super) const SLICES_GROUP_VERSION: &str = "discovery.k8s.io/v1";
+pub(in crate::controller) const SLICES_GROUP_VERSION: &str = "discovery.k8s.io/v1";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum BackendSource {
+pub(in crate::controller) enum BackendSource {
     EndpointSlices,
     Endpoints,
 }
@@ -17,7 +17,7 @@ pub(super) enum BackendSource {
 /// Asks the API server once. A 404 (the group version is unknown) means
 /// Endpoints; any other failure is returned, to be retried: falling back on
 /// a transient error would keep a deprecated watch for the process's life.
-pub(super) async fn discover(client: &Client) -> Result<BackendSource, kube::Error> {
+pub(in crate::controller) async fn discover(client: &Client) -> Result<BackendSource, kube::Error> {
     match client.list_api_group_resources(SLICES_GROUP_VERSION).await {
         Ok(list) if list.resources.iter().any(|r| r.name == "endpointslices") => Ok(BackendSource::EndpointSlices),
         Ok(_) => Ok(BackendSource::Endpoints),

@@ -10,14 +10,14 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::apply::{Concern, PlacementRefusal};
+use crate::controller::reconcile::apply::{Concern, PlacementRefusal};
 use crate::{
     plan::Change,
     snapshot::{ObjectKey, WorkloadKind},
 };
 
 /// How long a refusal other than a conflict holds before the apply is tried again.
-pub(super) const REJECTION_RETRY: Duration = Duration::from_secs(60);
+pub(in crate::controller) const REJECTION_RETRY: Duration = Duration::from_secs(60);
 
 type Key = (Concern, WorkloadKind, ObjectKey);
 

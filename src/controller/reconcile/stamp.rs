@@ -13,7 +13,8 @@ use kube::{
 };
 use serde_json::{json, Value};
 
-use super::{metrics::Metrics, Error};
+use crate::controller::error::Error;
+use crate::controller::runtime::metrics::Metrics;
 use crate::{
     crd::FIELD_MANAGER,
     snapshot::{ObjectKey, CONFIG_HASH_ANNOTATION},
@@ -22,12 +23,12 @@ use crate::{
 /// Pod patches in flight at once, per reconcile: a 1,000-pod workload is
 /// stamped in waves of this many rather than in one burst at the API server
 /// (its default max-mutating-requests-inflight is 200, shared by everyone).
-pub(super) const STAMPS_IN_FLIGHT: usize = 8;
+pub(in crate::controller) const STAMPS_IN_FLIGHT: usize = 8;
 
 /// Stamp every pod in `pods` with `hash`. A pod deleted meanwhile needs no
 /// stamp; any other refusal stops the reconcile (and is retried with backoff):
 /// without the stamp the sidecars wait for the kubelet's periodic sync.
-pub(super) async fn stamp_pods(
+pub(in crate::controller) async fn stamp_pods(
     client: &Client,
     metrics: &Metrics,
     hash: &str,

@@ -22,7 +22,7 @@ use tokio::{
     time::Instant,
 };
 
-use super::Metrics;
+use crate::controller::runtime::metrics::Metrics;
 use crate::{
     plan::{Enforcer, Plan},
     snapshot::ObjectKey,
@@ -206,7 +206,10 @@ impl Enforcement {
         let mut within_grace = false;
         for (key, answer) in answers {
             let result = if answer.is_ok() { "answered" } else { "unreachable" };
-            self.metrics.enforcement_probes.get_or_create(&super::metrics::ResultLabels { result }).inc();
+            self.metrics
+                .enforcement_probes
+                .get_or_create(&crate::controller::runtime::metrics::ResultLabels { result })
+                .inc();
             let answer = match answer {
                 Ok(hash) if hash == target.hash => {
                     entry.since.remove(&key);

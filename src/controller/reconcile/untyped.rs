@@ -8,10 +8,10 @@ use kube::{
     Resource,
 };
 
-use super::Context;
+use crate::controller::context::Context;
 use crate::crd::Bulkhead;
 
-pub(super) fn dynamic_api(ctx: &Context) -> Api<DynamicObject> {
+pub(in crate::controller) fn dynamic_api(ctx: &Context) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk(&Bulkhead::group(&()), &Bulkhead::version(&()), &Bulkhead::kind(&()));
     Api::all_with(ctx.client.clone(), &ApiResource::from_gvk_with_plural(&gvk, &Bulkhead::plural(&())))
 }

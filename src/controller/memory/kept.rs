@@ -5,7 +5,11 @@
 
 use std::sync::Arc;
 
-use super::{audits::AuditCache, backoff::Backoff, enforcement::Enforcement, refusals::RefusalMemory, usage::Usage};
+use super::audits::AuditCache;
+use super::backoff::Backoff;
+use super::enforcement::Enforcement;
+use super::refusals::RefusalMemory;
+use super::usage::Usage;
 
 pub struct Memory {
     /// Failures since the last good reconcile, per Bulkhead.

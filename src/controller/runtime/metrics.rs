@@ -37,7 +37,7 @@ pub struct ResultLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(super) struct BuildLabels {
+pub(in crate::controller) struct BuildLabels {
     pub version: &'static str,
 }
 

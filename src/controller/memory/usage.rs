@@ -15,7 +15,7 @@ use futures::{future::BoxFuture, Stream};
 use tokio::{sync::Notify, time::Instant};
 use tracing::{debug, warn};
 
-use super::Metrics;
+use crate::controller::runtime::metrics::Metrics;
 use crate::{
     crd::Bulkhead,
     error_chain::Chain,
@@ -71,7 +71,7 @@ impl UsageOptions {
 
 /// What an analysis's outcome says: no series or no Prometheus to ask is no
 /// telemetry (never a guess); any other error is a failed analysis.
-pub(super) fn sizing(result: Result<crate::usage::Advice, PrometheusError>) -> Sizing {
+pub(in crate::controller) fn sizing(result: Result<crate::usage::Advice, PrometheusError>) -> Sizing {
     match result {
         Ok(advice) => Sizing::Advised(advice),
         Err(e) if e.is_no_telemetry() => Sizing::NoTelemetry(Chain(&e).to_string()),

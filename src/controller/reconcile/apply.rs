@@ -17,7 +17,8 @@ use kube::{
 use serde::{de::DeserializeOwned, Serialize};
 use serde_json::{json, Value};
 
-use super::{metrics::Metrics, Error};
+use crate::controller::error::Error;
+use crate::controller::runtime::metrics::Metrics;
 use crate::{
     crd::{BULKHEAD_LABEL, FIELD_MANAGER},
     plan::{placement_manager, placement_marker, proxy_manager, proxy_marker, withdrawal_body, Change, NodeChange},
@@ -60,7 +61,7 @@ impl PlacementRefusal {
 
 /// Apply `changes` in order for Bulkhead `bulkhead`; placement refusals are
 /// returned, not raised, so that one contested workload stalls nothing else.
-pub(super) async fn apply_changes(
+pub(in crate::controller) async fn apply_changes(
     client: &Client,
     metrics: &Metrics,
     bulkhead: &str,

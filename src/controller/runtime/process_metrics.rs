@@ -14,11 +14,11 @@ use prometheus_client::{
 const TICKS_PER_SECOND: f64 = 100.0;
 
 #[derive(Debug, Default)]
-pub(super) struct ProcessCollector;
+pub(in crate::controller) struct ProcessCollector;
 
 /// One reading of /proc/self.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) struct ProcessSample {
+pub(in crate::controller) struct ProcessSample {
     pub cpu_seconds: f64,
     pub resident_bytes: u64,
     pub virtual_bytes: u64,
@@ -29,7 +29,7 @@ pub(super) struct ProcessSample {
 }
 
 impl ProcessSample {
-    pub(super) fn read() -> Option<Self> {
+    pub(in crate::controller) fn read() -> Option<Self> {
         let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
         let status = std::fs::read_to_string("/proc/self/status").ok()?;
         let boot = std::fs::read_to_string("/proc/stat").ok()?;
@@ -40,7 +40,13 @@ impl ProcessSample {
 
     /// From the text of /proc/self/stat, /proc/self/status, /proc/stat and
     /// /proc/self/limits.
-    pub(super) fn parse(stat: &str, status: &str, boot: &str, limits: &str, open_fds: u64) -> Option<Self> {
+    pub(in crate::controller) fn parse(
+        stat: &str,
+        status: &str,
+        boot: &str,
+        limits: &str,
+        open_fds: u64,
+    ) -> Option<Self> {
         // The command name may hold spaces and parentheses: fields start
         // after the last ')'. The first after it is field 3 (state).
         let fields: Vec<&str> = stat.get(stat.rfind(')')? + 1..)?.split_whitespace().collect();

@@ -17,13 +17,12 @@ use kube::{
 use serde_json::json;
 use tracing::{info, warn};
 
-use super::{
-    apply::{apply_changes, Concern},
-    events::{self, describe},
-    finalizer::{clean_up, set_finalizer, Finalizer},
-    untyped::dynamic_api,
-    Context, Error,
-};
+use super::apply::{apply_changes, Concern};
+use super::events::{self, describe};
+use super::finalizer::{clean_up, set_finalizer, Finalizer};
+use super::untyped::dynamic_api;
+use crate::controller::context::Context;
+use crate::controller::error::Error;
 use crate::{
     crd::{Bulkhead, BulkheadStatus, FIELD_MANAGER, FINALIZER},
     evaluate::{evaluate_kept, Evaluation, Reused},
@@ -35,7 +34,10 @@ use crate::{
 /// How often an unchanged Bulkhead is re-planned anyway (it writes nothing if all is well).
 const RESYNC: Duration = Duration::from_secs(300);
 
-pub(super) async fn reconcile(obj: Arc<DeserializeGuard<Bulkhead>>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub(in crate::controller) async fn reconcile(
+    obj: Arc<DeserializeGuard<Bulkhead>>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
     let started = Instant::now();
     let result = match &obj.0 {
         Ok(bulkhead) => reconcile_bulkhead(bulkhead, &ctx).await,

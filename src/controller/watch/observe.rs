@@ -32,11 +32,9 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{Notify, RwLock};
 use tracing::{debug, info, warn};
 
-use super::{
-    backend_source::{self, BackendSource},
-    metrics::KindLabels,
-    watch_backoff::{Failure, WatchBackoff},
-};
+use super::backend_source::{self, BackendSource};
+use super::watch_backoff::{Failure, WatchBackoff};
+use crate::controller::runtime::metrics::KindLabels;
 use crate::{
     crd::{Bulkhead, MANAGED_BY_LABEL, MANAGED_BY_VALUE},
     snapshot::{Indexed, Seniority, Snapshot},
@@ -63,8 +61,8 @@ pub struct SharedSnapshot {
     /// planning the old spec.
     generations: std::sync::Mutex<std::collections::HashMap<String, i64>>,
     /// When a watch last failed, and a wake-up for the catch-up lists when one does.
-    pub(super) last_watch_failure: std::sync::Mutex<Option<std::time::Instant>>,
-    pub(super) watch_failed: Notify,
+    pub(in crate::controller) last_watch_failure: std::sync::Mutex<Option<std::time::Instant>>,
+    pub(in crate::controller) watch_failed: Notify,
 }
 
 impl SharedSnapshot {
@@ -77,7 +75,7 @@ impl SharedSnapshot {
     }
 
     /// Wake the reconciles (the snapshot's change stream).
-    pub(super) fn wake(&self) {
+    pub(in crate::controller) fn wake(&self) {
         self.changed.notify_one();
     }
 
@@ -170,7 +168,7 @@ fn forbidden(error: &watcher::Error) -> bool {
 }
 
 /// Start every watch; they run until the process ends.
-pub(super) fn start(client: &Client) -> Arc<SharedSnapshot> {
+pub(in crate::controller) fn start(client: &Client) -> Arc<SharedSnapshot> {
     let owned = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"));
     let all = watcher::Config::default();
     let shared = Arc::new(SharedSnapshot::new());

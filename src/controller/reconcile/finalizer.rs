@@ -8,12 +8,15 @@ use kube::runtime::controller::Action;
 use serde_json::json;
 use tracing::info;
 
-use super::{apply::apply_changes, untyped::dynamic_api, Context, Error};
+use super::apply::apply_changes;
+use super::untyped::dynamic_api;
+use crate::controller::context::Context;
+use crate::controller::error::Error;
 use crate::{crd::FINALIZER, plan::teardown};
 use kube::api::{Patch, PatchParams};
 
 /// Delete every child labelled with this Bulkhead, then let it go.
-pub(super) async fn clean_up(meta: &kube::api::ObjectMeta, ctx: &Context) -> Result<Action, Error> {
+pub(in crate::controller) async fn clean_up(meta: &kube::api::ObjectMeta, ctx: &Context) -> Result<Action, Error> {
     let name = meta.name.clone().ok_or(Error::Unnamed("Bulkhead"))?;
     if !meta.finalizers.iter().flatten().any(|f| f == FINALIZER) {
         return Ok(Action::await_change());
@@ -31,7 +34,7 @@ pub(super) async fn clean_up(meta: &kube::api::ObjectMeta, ctx: &Context) -> Res
 
 /// What to do with our finalizer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Finalizer {
+pub(in crate::controller) enum Finalizer {
     /// Before the first write: deleting the Bulkhead must wait for the cleanup.
     Add,
     /// After the cleanup: nothing of ours is left to remove.
@@ -40,7 +43,11 @@ pub(super) enum Finalizer {
 
 /// Add or release our finalizer, guarded by resourceVersion so that a
 /// concurrent change of the list is never overwritten.
-pub(super) async fn set_finalizer(ctx: &Context, meta: &kube::api::ObjectMeta, action: Finalizer) -> Result<(), Error> {
+pub(in crate::controller) async fn set_finalizer(
+    ctx: &Context,
+    meta: &kube::api::ObjectMeta,
+    action: Finalizer,
+) -> Result<(), Error> {
     let present = action == Finalizer::Add;
     let name = meta.name.clone().ok_or(Error::Unnamed("Bulkhead"))?;
     let mut finalizers: Vec<String> = meta.finalizers.iter().flatten().filter(|f| *f != FINALIZER).cloned().collect();

@@ -8,7 +8,7 @@ use kube::{
 };
 use tracing::warn;
 
-use super::Context;
+use crate::controller::context::Context;
 use crate::{
     crd::{Bulkhead, BulkheadStatus, LayerState},
     plan::Change,
@@ -16,7 +16,7 @@ use crate::{
 };
 
 /// An Event for every condition whose status flipped (or appeared).
-pub(super) async fn announce_flips(
+pub(in crate::controller) async fn announce_flips(
     ctx: &Context,
     bulkhead: &Bulkhead,
     old: Option<&BulkheadStatus>,
@@ -45,7 +45,7 @@ pub(super) async fn announce_flips(
 }
 
 /// An Event for every layer whose state changed.
-pub(super) async fn announce_layers(
+pub(in crate::controller) async fn announce_layers(
     ctx: &Context,
     bulkhead: &Bulkhead,
     old: Option<&BulkheadStatus>,
@@ -68,7 +68,7 @@ pub(super) async fn announce_layers(
     }
 }
 
-pub(super) async fn publish(
+pub(in crate::controller) async fn publish(
     ctx: &Context,
     bulkhead: &Bulkhead,
     type_: EventType,
@@ -89,7 +89,7 @@ pub(super) async fn publish(
     }
 }
 
-pub(super) fn describe(changes: &[Change]) -> String {
+pub(in crate::controller) fn describe(changes: &[Change]) -> String {
     changes.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
 }
 

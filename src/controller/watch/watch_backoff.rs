@@ -19,11 +19,11 @@ use std::time::{Duration, Instant};
 const FIRST: Duration = Duration::from_millis(100);
 const CAP: Duration = Duration::from_secs(5);
 /// How long a watch must have been failure-free for its next failure to start from [`FIRST`].
-pub(super) const HEALTHY: Duration = Duration::from_secs(30);
+pub(in crate::controller) const HEALTHY: Duration = Duration::from_secs(30);
 
 /// Why an attempt failed, as far as the wait is concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Failure {
+pub(in crate::controller) enum Failure {
     /// No answer: connection refused, timed out, TLS.
     Unreachable,
     /// The API server answered with an error (503 while it starts, 410, 5xx...).
@@ -31,7 +31,7 @@ pub(super) enum Failure {
 }
 
 impl Failure {
-    pub(super) fn of(error: &kube::runtime::watcher::Error) -> Self {
+    pub(in crate::controller) fn of(error: &kube::runtime::watcher::Error) -> Self {
         use kube::runtime::watcher::Error as W;
         match error {
             W::InitialListFailed(e) | W::WatchStartFailed(e) | W::WatchFailed(e) => Self::of_request(e),
@@ -41,7 +41,7 @@ impl Failure {
     }
 
     /// One request's failure (API discovery before a watch).
-    pub(super) fn of_request(error: &kube::Error) -> Self {
+    pub(in crate::controller) fn of_request(error: &kube::Error) -> Self {
         match error {
             kube::Error::Api(_) => Failure::Answered,
             _ => Failure::Unreachable,
@@ -50,7 +50,7 @@ impl Failure {
 }
 
 #[derive(Debug, Clone)]
-pub(super) struct WatchBackoff {
+pub(in crate::controller) struct WatchBackoff {
     next: Duration,
     cap: Duration,
     last: Option<(Instant, Failure)>,
@@ -66,12 +66,12 @@ impl WatchBackoff {
     /// For a watch whose errors this module cannot see (the controller's
     /// own, through kube's `trigger_backoff`): a low cap keeps its first
     /// retry after a restart quick; it is one watch, so few lines.
-    pub(super) fn with_cap(cap: Duration) -> Self {
+    pub(in crate::controller) fn with_cap(cap: Duration) -> Self {
         Self { next: FIRST, cap, last: None }
     }
 
     /// An attempt failed at `now`: how long to wait before the next one.
-    pub(super) fn failed(&mut self, failure: Failure, now: Instant) -> Duration {
+    pub(in crate::controller) fn failed(&mut self, failure: Failure, now: Instant) -> Duration {
         let start_over = match self.last {
             None => true,
             Some((at, _)) if now.duration_since(at) >= HEALTHY => true,

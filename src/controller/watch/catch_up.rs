@@ -29,7 +29,7 @@ const EVERY: Duration = Duration::from_secs(1);
 const TIMEOUT: Duration = Duration::from_secs(2);
 
 /// `selector`: the Bulkheads this operator acts on (`crd::operator_selector`).
-pub(super) fn spawn(api: Api<Bulkhead>, shared: Arc<SharedSnapshot>, selector: String) {
+pub(in crate::controller) fn spawn(api: Api<Bulkhead>, shared: Arc<SharedSnapshot>, selector: String) {
     tokio::spawn(async move {
         loop {
             shared.watch_failed.notified().await;
