@@ -69,13 +69,7 @@ async fn run_counted(
     answer: impl Fn(&Seen) -> (u16, Value),
     metrics: Arc<Metrics>,
 ) -> (Result<Action, Error>, Vec<Seen>) {
-    let kept = Kept {
-        usage: Arc::new(Usage::new(UsageOptions::disabled(), Arc::default())),
-        enforcement: Arc::new(Enforcement::new(EnforcementOptions::default(), Arc::default())),
-        audits: Arc::default(),
-        metrics: Arc::default(),
-        generations: Vec::new(),
-    };
+    let kept = Kept::fresh();
     run_with(obj, snapshot, answer, metrics, &kept).await
 }
 
@@ -89,6 +83,19 @@ struct Kept {
     metrics: Arc<Metrics>,
     /// Generations the metadata watch has seen, by Bulkhead.
     generations: Vec<(&'static str, i64)>,
+}
+
+impl Kept {
+    /// Nothing kept yet, and no Prometheus.
+    fn fresh() -> Self {
+        Kept {
+            usage: Arc::new(Usage::new(UsageOptions::disabled(), Arc::default())),
+            enforcement: Arc::new(Enforcement::new(EnforcementOptions::default(), Arc::default())),
+            audits: Arc::default(),
+            metrics: Arc::default(),
+            generations: Vec::new(),
+        }
+    }
 }
 
 /// `run`, counting into `metrics`, with the usage analyses in `usage`.
@@ -724,13 +731,7 @@ async fn a_written_config_is_stamped_on_the_running_pods_after_it_and_a_pod_gone
     let (bh, snapshot) = proxied();
     let config = with_image();
     let hash = evaluate(&bh, &snapshot, &config).plan.proxy.config_hash.expect("a config is planned");
-    let kept = Kept {
-        usage: Arc::new(Usage::new(UsageOptions::disabled(), Arc::default())),
-        enforcement: Arc::new(Enforcement::new(EnforcementOptions::default(), Arc::default())),
-        audits: Arc::default(),
-        metrics: Arc::default(),
-        generations: Vec::new(),
-    };
+    let kept = Kept::fresh();
     let (result, seen) = run_configured(
         DeserializeGuard(Ok(bh)),
         snapshot,
@@ -762,13 +763,7 @@ async fn a_written_config_is_stamped_on_the_running_pods_after_it_and_a_pod_gone
 async fn a_refused_stamp_fails_the_reconcile_naming_the_pod() {
     let (bh, snapshot) = proxied();
     let config = with_image();
-    let kept = Kept {
-        usage: Arc::new(Usage::new(UsageOptions::disabled(), Arc::default())),
-        enforcement: Arc::new(Enforcement::new(EnforcementOptions::default(), Arc::default())),
-        audits: Arc::default(),
-        metrics: Arc::default(),
-        generations: Vec::new(),
-    };
+    let kept = Kept::fresh();
     let (result, seen) = run_configured(
         DeserializeGuard(Ok(bh)),
         snapshot,
