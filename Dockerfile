@@ -31,17 +31,17 @@ WORKDIR /build
 COPY Cargo.toml Cargo.lock ./
 COPY crates/bulkhead-admission/Cargo.toml ./crates/bulkhead-admission/
 COPY crates/bulkhead-proxy/Cargo.toml ./crates/bulkhead-proxy/
-COPY crates/bulkhead-testkit/Cargo.toml ./crates/bulkhead-testkit/
+COPY testkit/Cargo.toml ./testkit/
 RUN awk '/^\[\[(test|bench|example)\]\]/ { skip = 1; next } /^\[/ { skip = 0 } !skip' Cargo.toml >Cargo.toml.deps \
  && mv Cargo.toml.deps Cargo.toml \
- && mkdir -p src crates/bulkhead-admission/src crates/bulkhead-proxy/src crates/bulkhead-testkit/src \
+ && mkdir -p src crates/bulkhead-admission/src crates/bulkhead-proxy/src testkit/src \
  && echo '// dependencies only' > src/lib.rs \
  && echo 'fn main() {}' > src/main.rs \
  && echo '// dependencies only' > crates/bulkhead-admission/src/lib.rs \
  && echo '// dependencies only' > crates/bulkhead-proxy/src/lib.rs \
- && echo '// dependencies only' > crates/bulkhead-testkit/src/lib.rs \
+ && echo '// dependencies only' > testkit/src/lib.rs \
  && cargo build --release --locked --bin bulkhead \
- && rm -rf src crates/bulkhead-admission/src crates/bulkhead-proxy/src crates/bulkhead-testkit/src \
+ && rm -rf src crates/bulkhead-admission/src crates/bulkhead-proxy/src \
     target/release/bulkhead* \
     target/release/deps/bulkhead-* \
     target/release/deps/libbulkhead-* \

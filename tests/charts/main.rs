@@ -5,5 +5,5 @@
 mod chart;
 mod dashboard;
 
-// The shared support, from the test kit (crates/bulkhead-testkit).
+// The shared support, from the test kit (testkit/).
 use bulkhead_testkit::chart as chart_support;

@@ -21,5 +21,5 @@ mod readme;
 mod shutdown;
 mod tests_run;
 
-// The shared support, from the test kit (crates/bulkhead-testkit).
+// The shared support, from the test kit (testkit/).
 use bulkhead_testkit::proxy as proxy_support;

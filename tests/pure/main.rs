@@ -19,5 +19,5 @@ mod sharding;
 mod sidecar_args;
 mod usage;
 
-// The shared support, from the test kit (crates/bulkhead-testkit).
+// The shared support, from the test kit (testkit/).
 use bulkhead_testkit::{chart as chart_support, fixtures};

@@ -147,7 +147,14 @@ pub async fn run(args: ProxyArgs) -> Result<(), ProxyError> {
 
     let (stop_tx, stop) = watch::channel(false);
     let (drain_tx, drain) = watch::channel(());
-    let timeouts = timeouts::Timeouts::new(&args);
+    // The flags' deadlines; the timeouts module does not read the flags, so
+    // options (which names forward's types) and forward (which uses these) stay apart.
+    let timeouts = timeouts::Timeouts {
+        header: args.header_timeout,
+        response: args.response_timeout,
+        idle: args.idle_timeout,
+        drain: args.drain_timeout,
+    };
     let builder = Arc::new(server::http_builder(timeouts.header));
     let limits = forward::Limits {
         timeouts,

@@ -10,8 +10,6 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::options::ProxyArgs;
-
 /// Opening a connection to an upstream (dial, handshake, an h2c server's SETTINGS).
 pub(crate) const UPSTREAM_CONNECT: Duration = Duration::from_secs(5);
 /// An idle HTTP/1.1 upstream connection older than this is closed instead of used (hyper-util's default).
@@ -37,15 +35,6 @@ pub(crate) struct Timeouts {
 }
 
 impl Timeouts {
-    pub(crate) fn new(args: &ProxyArgs) -> Self {
-        Self {
-            header: args.header_timeout,
-            response: args.response_timeout,
-            idle: args.idle_timeout,
-            drain: args.drain_timeout,
-        }
-    }
-
     /// An admin connection's request head: the header timeout, at most 5 s.
     pub(crate) fn admin_head(&self) -> Duration {
         self.header.min(ADMIN_HEAD)

@@ -46,9 +46,9 @@ use kube::{
     Client, Config,
 };
 
-/// The repository's root, two folders above this crate.
+/// The repository's root, the folder above this crate.
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2).expect("crates/bulkhead-testkit").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(1).expect("the repository holds testkit/").to_path_buf()
 }
 
 /// The `bulkhead` binary cargo built for the operator crate's integration
