@@ -78,7 +78,7 @@ pub struct PoolStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_replicas: Option<u64>,
     /// Capacity one replica enforces (Fleet: capacity split over the replicas
-    /// that exist: the desired count, or the pods while more still run).
+    /// that run: the desired count, or the running pods while there are more).
     pub per_replica_capacity: u32,
     /// Capacity the whole fleet may hold: at the current replica count, and at maxReplicas.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -40,7 +40,7 @@ pub(super) fn selected_pods(
     let Some(matcher) = &selection.workload else { return Vec::new() };
     snapshot
         .pods_in(namespace)
-        .filter(|(_, pod)| pod.running && matcher.matches(&pod.labels))
+        .filter(|(_, pod)| pod.running && !pod.terminating && matcher.matches(&pod.labels))
         .map(|(key, pod)| SelectedPod { key: key.clone(), enforcer: enforcer(pod, config_map) })
         .collect()
 }

@@ -12,15 +12,17 @@ pub struct Replicas {
     pub current: u64,
     /// The most they can reach through autoscaling, when an autoscaler targets them.
     pub max: Option<u64>,
-    /// Pods spec.workload.selector selects that still exist (not finished;
-    /// terminating ones included, while they may still hold requests).
+    /// Pods spec.workload.selector selects that run (phase Running, those
+    /// being deleted included while their containers run): the ones that may
+    /// hold requests. A Pending pod holds none, and starts with the config
+    /// in force when it starts.
     pub pods: u64,
 }
 
 impl Replicas {
-    /// Replicas a Fleet pool is split over: the replicas that exist, which is
-    /// the desired count or, while more pods than that still run (a scale
-    /// down, a rollout's surge), the pods. So a scale up lowers every
+    /// Replicas a Fleet pool is split over: the replicas that run, which is
+    /// the desired count or, while more pods than that run (a scale down, a
+    /// rollout's surge), the running pods. So a scale up lowers every
     /// running pod's share before the new pod takes traffic, and a scale
     /// down raises the shares only once the surplus pods are gone. The
     /// operator stamps each running pod when it writes a new split (see
@@ -50,8 +52,10 @@ pub fn resolve_workload(selection: &Selection<'_>, snapshot: &Snapshot) -> Optio
     let mut current = 0u64;
     let mut at_most = 0u64;
     let mut autoscaled = false;
-    // Live pods, terminating ones included: they count in the split until gone.
-    let pods = snapshot.pods_in(&workload.namespace).filter(|(_, p)| !p.finished && matcher.matches(&p.labels)).count();
+    // Running pods, terminating ones included: they count in the split until
+    // their containers stop. Pending ones hold nothing (one stuck Pending must
+    // not shrink every share, nor round a floor down to nothing).
+    let pods = snapshot.pods_in(&workload.namespace).filter(|(_, p)| p.running && matcher.matches(&p.labels)).count();
     for w in snapshot.workloads_in(&workload.namespace) {
         if !matcher.matches(&w.template_labels) {
             continue;

@@ -58,7 +58,8 @@ pub struct PodInfo {
     pub ip: Option<Box<str>>,
     /// Succeeded or Failed: holds no resources any more.
     pub finished: bool,
-    /// Phase Running and not being deleted: its sidecar (if any) can be asked.
+    /// Phase Running (a pod being deleted included, while its containers
+    /// run): it may hold requests, and its sidecar (if any) can be asked.
     pub running: bool,
     /// metadata.deletionTimestamp is set.
     pub terminating: bool,
@@ -111,7 +112,7 @@ impl PodInfo {
             runtime_class: spec.and_then(|s| s.runtime_class_name.as_deref()).map(|r| interner.intern(r)),
             ip: pod.status.as_ref().and_then(|s| s.pod_ip.as_deref()).map(Box::from),
             finished: matches!(phase, Some("Succeeded" | "Failed")),
-            running: phase == Some("Running") && pod.metadata.deletion_timestamp.is_none(),
+            running: phase == Some("Running"),
             terminating: pod.metadata.deletion_timestamp.is_some(),
             sidecar: PodSidecar::of(pod, interner),
         }

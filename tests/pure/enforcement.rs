@@ -142,6 +142,11 @@ fn a_fleet_split_follows_the_pods_that_exist_so_a_scale_never_over_commits() {
     assert_eq!(slow_ceiling(&s), (3, 7));
     s.apply(&pod("ccc", Some("bulkhead-shop"), "Running", None));
     assert_eq!(slow_ceiling(&s), (3, 7));
+    // A pod stuck Pending (a rollout's surge that cannot be scheduled, say)
+    // holds no request: it shrinks no share.
+    s.apply(&pod("dddd", Some("bulkhead-shop"), "Unscheduled", None));
+    s.apply(&pod("eeeee", Some("bulkhead-shop"), "Pending", None));
+    assert_eq!(slow_ceiling(&s), (3, 7));
     // Back to 2: the shares stay thirds while the third pod terminates ...
     let mut replaced = shop(2);
     for name in ["a", "bb"] {
