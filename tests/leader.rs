@@ -105,8 +105,13 @@ async fn two_operators_named_apart_never_act_on_the_same_bulkhead() {
         op.http_get("/metrics").is_some_and(|(_, body)| body.contains(&format!("bulkhead=\"{name}\"")))
     };
     let acted = |op: &Operator, name: &str| op.log_text().contains(name);
-    assert!(serves(&unnamed, &mine) && acted(&unnamed, &mine), "{}", unnamed.log_text());
-    assert!(serves(&named, &theirs) && acted(&named, &theirs), "{}", named.log_text());
+    // The status is written before the Events that name the Bulkhead in the
+    // log (the first one's refusal by a 1.20 server): wait for those lines.
+    wait_for("each operator's log and gauges name its own Bulkhead", Duration::from_secs(30), || async {
+        (serves(&unnamed, &mine) && acted(&unnamed, &mine) && serves(&named, &theirs) && acted(&named, &theirs))
+            .then_some(())
+    })
+    .await;
     assert!(!serves(&unnamed, &theirs) && !acted(&unnamed, &theirs), "{}", unnamed.log_text());
     assert!(!serves(&named, &mine) && !acted(&named, &mine), "{}", named.log_text());
 
