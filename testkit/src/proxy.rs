@@ -268,7 +268,19 @@ impl Proxy {
     }
 
     /// `start`, with at most `nofile` file descriptors (util-linux's prlimit).
+    /// A port picked free can be taken by another test before the proxy
+    /// binds it: such a start is tried again on other ports.
     pub async fn start_limited(config_dir: &Path, extra: &[&str], nofile: Option<u64>) -> Self {
+        for _ in 0..4 {
+            if let Some(proxy) = Self::try_start(config_dir, extra, nofile).await {
+                return proxy;
+            }
+        }
+        panic!("the proxy found its ports taken four times in a row");
+    }
+
+    /// One start; None when it exited because a port was taken meanwhile.
+    async fn try_start(config_dir: &Path, extra: &[&str], nofile: Option<u64>) -> Option<Self> {
         let (listen, admin) = (free_port(), free_port());
         let log = tempfile::NamedTempFile::new().expect("log file");
         let mut args = vec![
@@ -299,13 +311,17 @@ impl Proxy {
             .stdin(Stdio::null())
             .spawn()
             .expect("bulkhead runs");
-        let proxy = Proxy { child, listen, admin, log };
+        let mut proxy = Proxy { child, listen, admin, log };
         let deadline = Instant::now() + WAIT;
         while get(&format!("http://{}/readyz", proxy.admin)).await.map(|(s, _)| s) != Some(200) {
+            let exited = proxy.child.try_wait().ok().flatten().is_some();
+            if exited && proxy.log().contains("Address already in use") {
+                return None;
+            }
             assert!(Instant::now() < deadline, "proxy not ready:\n{}", proxy.log());
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        proxy
+        Some(proxy)
     }
 
     pub fn log(&self) -> String {
