@@ -64,11 +64,16 @@ pub fn apply_enforcement(
     let Some(hash) = proxy.config_hash.as_deref().filter(|_| proxy.requested) else { return };
     let observed = observed.filter(|o| o.hash == hash);
     let answer = |key: &ObjectKey| observed.and_then(|o| o.answers.get(key));
-    let mut missing = Vec::new();
+    let (mut missing, mut not_current) = (Vec::new(), Vec::new());
     let (mut current, mut lagging, mut unreachable, mut waiting) = (0u32, Vec::new(), Vec::new(), Vec::new());
     for pod in &proxy.pods {
         let name = pod.key.name.clone();
-        match (&pod.enforcer, answer(&pod.key)) {
+        let answered = answer(&pod.key);
+        let on_it = matches!((&pod.enforcer, answered), (Enforcer::Sidecar { .. }, Some(Answer::Current)));
+        if !on_it && not_current.len() < NAMED {
+            not_current.push(name.clone());
+        }
+        match (&pod.enforcer, answered) {
             (Enforcer::Missing, _) => missing.push(format!("{name} (no bulkhead-proxy container)")),
             (Enforcer::Foreign { config_map }, _) => {
                 missing.push(format!("{name} (its bulkhead-proxy mounts ConfigMap {config_map})"));
@@ -94,13 +99,6 @@ pub fn apply_enforcement(
         }
     }
     let pods = u32::try_from(proxy.pods.len()).unwrap_or(u32::MAX);
-    let not_current: Vec<String> = proxy
-        .pods
-        .iter()
-        .filter(|p| !matches!(answer(&p.key), Some(Answer::Current)) || !matches!(p.enforcer, Enforcer::Sidecar { .. }))
-        .map(|p| p.key.name.clone())
-        .take(NAMED)
-        .collect();
     status.enforcement = Some(EnforcementStatus {
         config_hash: hash.to_string(),
         pods,
