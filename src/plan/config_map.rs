@@ -38,6 +38,7 @@ pub(super) fn pool_config(bulkhead: &Bulkhead, capacity: &CapacityPlan) -> PoolC
                     .iter()
                     .find(|spec| spec.name == c.name)
                     .and_then(|spec| spec.max_duration_ms),
+                hold: None,
             })
             .collect(),
     }

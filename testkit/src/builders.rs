@@ -184,7 +184,8 @@ impl PoolConfigBuilder {
     }
 
     fn with_class(mut self, name: &str, reserved: u32, ceiling: u32, critical: bool) -> Self {
-        let class = PoolClass { name: name.to_string(), reserved, ceiling, critical, max_duration_ms: None };
+        let class =
+            PoolClass { name: name.to_string(), reserved, ceiling, critical, max_duration_ms: None, hold: None };
         self.0.classes.push(class);
         self
     }

@@ -90,6 +90,34 @@ pub struct PoolClass {
     /// or has its response cut after, and frees its slot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_duration_ms: Option<u64>,
+    /// Optional, written only while a `BulkheadDrill` saturates this class: each admitted request
+    /// is held this long before it is forwarded, like a dependency that hangs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold: Option<Hold>,
+}
+
+/// The longest a drill may hold a request, and may last: ten minutes.
+pub const MAX_HOLD_MS: u64 = 600_000;
+
+/// A drill's fault on one class (`classes[].hold`). It ends by itself at
+/// `untilUnixMs` (wall clock), so a fault outlives neither its drill's
+/// deadline nor an operator that stopped before lifting it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Hold {
+    /// The BulkheadDrill that placed the fault (for logs and /readyz).
+    pub drill: String,
+    /// How long each admitted request is held before it is forwarded (1 ..= 600000).
+    pub ms: u64,
+    /// Unix time in milliseconds after which nothing more is held.
+    pub until_unix_ms: u64,
+}
+
+impl Hold {
+    /// Whether the fault still holds at `now_unix_ms`.
+    pub fn active_at(&self, now_unix_ms: u64) -> bool {
+        now_unix_ms < self.until_unix_ms
+    }
 }
 
 /// Why a pool config cannot be enforced; each names the field.
@@ -122,6 +150,14 @@ pub enum PoolConfigError {
     #[allow(missing_docs)] // its fields are the numbers the message names
     #[error("classes[{index}].ceiling: {ceiling} exceeds reserved {reserved} plus sharedSurplus {surplus}")]
     CeilingAboveBorrowable { index: usize, ceiling: u32, reserved: u32, surplus: u32 },
+    /// A hold of no time, or longer than a drill may last.
+    #[allow(missing_docs)] // its fields are the numbers the message names
+    #[error("classes[{index}].hold.ms: {ms} is outside 1..={MAX_HOLD_MS}")]
+    HoldOutOfRange { index: usize, ms: u64 },
+    /// A critical class is the lane probes need; nothing may hold it.
+    #[allow(missing_docs)] // its fields are the numbers the message names
+    #[error("classes[{index}].hold: {name:?} is critical and is never held")]
+    CriticalHeld { index: usize, name: String },
 }
 
 impl PoolConfig {
@@ -155,6 +191,14 @@ impl PoolConfig {
                     reserved: class.reserved,
                     surplus: self.shared_surplus,
                 });
+            }
+            if let Some(hold) = &class.hold {
+                if class.critical {
+                    return Err(PoolConfigError::CriticalHeld { index, name: class.name.clone() });
+                }
+                if hold.ms == 0 || hold.ms > MAX_HOLD_MS {
+                    return Err(PoolConfigError::HoldOutOfRange { index, ms: hold.ms });
+                }
             }
         }
         let reserved: u64 = self.classes.iter().map(|c| u64::from(c.reserved)).sum();
@@ -284,6 +328,28 @@ mod tests {
         let mut c = example();
         c.classes[3].name = "search".into();
         assert!(matches!(c.validate(), Err(PoolConfigError::DuplicateClass { index: 3, .. })));
+    }
+
+    #[test]
+    fn a_hold_is_bounded_never_on_the_critical_lane_and_absent_from_a_plain_document() {
+        let plain = serde_json::to_string(&example()).expect("serialises");
+        assert!(!plain.contains("hold"), "a config without a drill says nothing of holds: {plain}");
+        let hold = |ms| Some(Hold { drill: "d".into(), ms, until_unix_ms: 10 });
+        let mut c = example();
+        c.classes[1].hold = hold(30_000);
+        assert_eq!(c.validate(), Ok(()));
+        let doc = serde_json::to_value(&c).expect("serialises");
+        assert_eq!(doc["classes"][1]["hold"], serde_json::json!({"drill": "d", "ms": 30000, "untilUnixMs": 10}));
+        for ms in [0, MAX_HOLD_MS + 1] {
+            c.classes[1].hold = hold(ms);
+            assert!(c.validate().unwrap_err().to_string().starts_with("classes[1].hold.ms:"), "{ms}");
+        }
+        let critical = c.classes.iter().position(|k| k.critical).expect("a critical class");
+        c.classes[1].hold = None;
+        c.classes[critical].hold = hold(1);
+        assert!(matches!(c.validate(), Err(PoolConfigError::CriticalHeld { index, .. }) if index == critical));
+        let h = Hold { drill: "d".into(), ms: 1, until_unix_ms: 10 };
+        assert!(h.active_at(9) && !h.active_at(10));
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub(crate) fn example() -> PoolConfig {
         ceiling: reserved + 115,
         critical,
         max_duration_ms: None,
+        hold: None,
     };
     PoolConfig {
         version: crate::pool_config::POOL_CONFIG_VERSION,
