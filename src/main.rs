@@ -24,6 +24,15 @@ struct Cli {
     command: Command,
 }
 
+/// The custom resources this operator defines.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum CrdKind {
+    #[value(name = "Bulkhead")]
+    Bulkhead,
+    #[value(name = "BulkheadDrill")]
+    BulkheadDrill,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Run the controller (KUBECONFIG or in-cluster credentials).
@@ -72,8 +81,12 @@ enum Command {
         #[arg(long, value_enum, default_value = "text")]
         log_format: LogFormat,
     },
-    /// Print the CustomResourceDefinition YAML.
-    Crd,
+    /// Print the CustomResourceDefinitions' YAML (Bulkhead, then BulkheadDrill).
+    Crd {
+        /// Print only this kind's definition.
+        #[arg(long, value_enum)]
+        only: Option<CrdKind>,
+    },
     /// Offline: print the objects the operator would write and the status it would report.
     Plan {
         /// YAML or JSON files, directories (their *.yaml, *.yml, *.json) or - for stdin:
@@ -229,6 +242,7 @@ impl From<ConfigArgs> for Config {
             plan: PlanConfig {
                 proxy_image: a.proxy_image,
                 proxy_security_context: a.proxy_security_context.unwrap_or_else(default_proxy_security_context),
+                fault: None,
             },
             audit: AuditConfig { sandbox_handlers: a.sandbox_handlers, host_label: a.host_label },
         }
@@ -287,8 +301,12 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Crd => {
-            print!("{}", bulkhead::crd::crd_yaml());
+        Command::Crd { only } => {
+            match only {
+                Some(CrdKind::Bulkhead) => print!("{}", bulkhead::crd::crd_yaml()),
+                Some(CrdKind::BulkheadDrill) => print!("{}", bulkhead::crd::drill_crd_yaml()),
+                None => print!("{}---\n{}", bulkhead::crd::crd_yaml(), bulkhead::crd::drill_crd_yaml()),
+            }
             ExitCode::SUCCESS
         }
         Command::Plan { files, output, config } => plan(&files, output, &config.into()),

@@ -309,6 +309,9 @@ fn least_privilege_is_exact(cp: &ControlPlane) {
         ("bulkheads.bulkhead.dev", "", "get list watch patch"),
         ("bulkheads.bulkhead.dev/status", "", "patch"),
         ("bulkheads.bulkhead.dev/finalizers", "", "update"),
+        // Drills: run from the watch, verdicts written to their status only.
+        ("bulkheaddrills.bulkhead.dev", "", "list watch"),
+        ("bulkheaddrills.bulkhead.dev/status", "", "patch"),
         ("configmaps", "", "get list watch create patch delete"),
         ("resourcequotas", "", "get list watch create patch delete"),
         ("networkpolicies.networking.k8s.io", "", "get list watch create patch delete"),

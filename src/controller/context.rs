@@ -6,7 +6,8 @@ use std::sync::Arc;
 use kube::Client;
 
 use crate::controller::{
-    memory::kept::Memory, reconcile::recorder::EventRecorder, runtime::metrics::Metrics, watch::observe::SharedSnapshot,
+    drill::Drills, memory::kept::Memory, reconcile::recorder::EventRecorder, runtime::metrics::Metrics,
+    watch::observe::SharedSnapshot,
 };
 
 /// Shared by every reconcile.
@@ -20,4 +21,6 @@ pub struct Context {
     pub memory: Memory,
     /// The operator's name: it acts only on the Bulkheads labelled with it.
     pub operator_name: Option<String>,
+    /// The drills: the faults running ones placed, and the drills watched.
+    pub drills: Arc<Drills>,
 }

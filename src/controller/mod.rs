@@ -4,6 +4,7 @@
 //! written.
 
 mod context;
+mod drill;
 mod error;
 mod memory;
 mod reconcile;
@@ -96,6 +97,7 @@ pub async fn run(client: Client, options: RunOptions) -> Result<(), Error> {
             Arc::new(enforcement::Enforcement::new(options.enforcement, metrics.clone())),
         ),
         operator_name: options.operator_name.clone(),
+        drills: Arc::default(),
     });
 
     let listener = tokio::net::TcpListener::bind(options.metrics_addr)
@@ -150,8 +152,14 @@ pub async fn run(client: Client, options: RunOptions) -> Result<(), Error> {
             snapshot.changes(Duration::from_millis(100)),
             ctx.memory.usage.finished(Duration::from_millis(100)),
         ),
-        ctx.memory.enforcement.changed(Duration::from_millis(100)),
+        futures::stream::select(
+            ctx.memory.enforcement.changed(Duration::from_millis(100)),
+            ctx.drills.changed(Duration::from_millis(100)),
+        ),
     );
+    // Drills run in the leader only, beside the reconciles that write their faults.
+    let drills = drill::spawn(ctx.clone());
+    let _stop_drills = AbortOnDrop(drills);
     // A reconcile that flips a condition waits on the API server for its
     // status write and Events; with four slots, ten Bulkheads probed under
     // churn kept all four busy (the scale run's summed reconcile time was
@@ -212,6 +220,15 @@ pub async fn run(client: Client, options: RunOptions) -> Result<(), Error> {
 }
 
 /// SIGTERM (what Kubernetes sends) or SIGINT.
+/// Stops a task when the run ends, however it ends.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 async fn shutdown_signal() {
     let ctrl_c = async {
         if tokio::signal::ctrl_c().await.is_err() {

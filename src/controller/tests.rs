@@ -154,6 +154,7 @@ async fn run_in(
             enforcement: kept.enforcement.clone(),
         },
         operator_name: None,
+        drills: Arc::default(),
     });
     // The reconcile owns the only clients: when it ends, the mock sees no more requests.
     let task = tokio::spawn(async move { reconcile(Arc::new(obj), ctx).await });

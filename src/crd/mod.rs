@@ -3,6 +3,7 @@
 
 mod conformance;
 mod definition;
+mod drill;
 mod shard;
 mod spec;
 mod status;
@@ -10,7 +11,8 @@ mod vocabulary;
 mod yaml;
 
 pub use conformance::schema_errors;
-pub use definition::{crd_yaml, definition};
+pub use definition::{crd_yaml, definition, drill_crd_yaml, drill_definition};
+pub use drill::*;
 pub use shard::*;
 pub use spec::*;
 pub use status::*;

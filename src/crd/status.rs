@@ -15,7 +15,8 @@ pub struct BulkheadStatus {
     pub observed_generation: Option<i64>,
     /// Ready, Funded, ControlPlaneLane, QuotasScoped, NodeGroupsReady, Placed,
     /// Isolated, ProxyInjected, Enforced, ShuffleSharded (those that apply to
-    /// the spec), Sized and IsolatedInUse (from the proxies' telemetry, in a cluster).
+    /// the spec), Sized and IsolatedInUse (from the proxies' telemetry, in a
+    /// cluster), VerifiedUnderLoad (from the last BulkheadDrill).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

@@ -8,16 +8,21 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
 
-use super::capacity::CapacityPlan;
+use super::{capacity::CapacityPlan, DrillFault};
 use crate::{
     crd::Bulkhead,
-    pool_config::{PoolClass, PoolConfig, POOL_CONFIG_KEY, POOL_CONFIG_VERSION},
+    pool_config::{Hold, PoolClass, PoolConfig, POOL_CONFIG_KEY, POOL_CONFIG_VERSION},
 };
 
-pub(super) fn pool_config(bulkhead: &Bulkhead, capacity: &CapacityPlan) -> PoolConfig {
+/// The pool config of one replica; with a drill's `fault` on this Bulkhead,
+/// its class carries the hold (a critical class never does: the drill is
+/// refused before, and the sidecar would refuse the document).
+pub(super) fn pool_config(bulkhead: &Bulkhead, capacity: &CapacityPlan, fault: Option<&DrillFault>) -> PoolConfig {
+    let name = bulkhead.name_any();
+    let fault = fault.filter(|f| f.bulkhead == name);
     PoolConfig {
         version: POOL_CONFIG_VERSION,
-        bulkhead: bulkhead.name_any(),
+        bulkhead: name,
         resource: bulkhead.spec.pool.resource.clone(),
         scope: capacity.scope,
         divided_by: capacity.divisor,
@@ -38,7 +43,11 @@ pub(super) fn pool_config(bulkhead: &Bulkhead, capacity: &CapacityPlan) -> PoolC
                     .iter()
                     .find(|spec| spec.name == c.name)
                     .and_then(|spec| spec.max_duration_ms),
-                hold: None,
+                hold: fault.filter(|f| f.class == c.name && !c.critical).map(|f| Hold {
+                    drill: f.drill.clone(),
+                    ms: f.hold_ms,
+                    until_unix_ms: f.until_unix_ms,
+                }),
             })
             .collect(),
     }

@@ -96,11 +96,25 @@ pub struct PlanConfig {
     pub proxy_image: Option<String>,
     /// securityContext of the injected container (`--proxy-security-context`).
     pub proxy_security_context: serde_json::Value,
+    /// A running drill's fault on this Bulkhead (set per reconcile, never operator-wide).
+    pub fault: Option<DrillFault>,
+}
+
+/// The fault a running `BulkheadDrill` places in its Bulkhead's pool config:
+/// the sidecars hold each admitted request of `class` for `hold_ms`, until
+/// the wall-clock deadline `until_unix_ms`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DrillFault {
+    pub bulkhead: String,
+    pub drill: String,
+    pub class: String,
+    pub hold_ms: u64,
+    pub until_unix_ms: u64,
 }
 
 impl Default for PlanConfig {
     fn default() -> Self {
-        Self { proxy_image: None, proxy_security_context: default_proxy_security_context() }
+        Self { proxy_image: None, proxy_security_context: default_proxy_security_context(), fault: None }
     }
 }
 
@@ -140,7 +154,7 @@ pub fn plan(selection: &Selection<'_>, snapshot: &Snapshot, config: &PlanConfig)
         } else if !namespace_ok {
             config_withheld = Some(format!("namespace {} does not exist or is terminating", w.namespace));
         } else {
-            let config = config_map::pool_config(bulkhead, &capacity);
+            let config = config_map::pool_config(bulkhead, &capacity, config.fault.as_ref());
             config_map = Some(config_map::config_map(bulkhead, &w.namespace, &config));
             pool_config = Some(config);
         }

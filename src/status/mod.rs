@@ -3,6 +3,7 @@
 //! something changed.
 
 mod conditions;
+pub mod drill;
 mod enforcement;
 mod injection;
 mod isolation;
@@ -18,7 +19,7 @@ pub use reasons::{
     reason, CONDITION_TYPES, CONTROL_PLANE_LANE, ENFORCED, FUNDED, ISOLATED, NODE_GROUPS_READY, PLACED, PROXY_INJECTED,
     QUOTAS_SCOPED, READY, SHUFFLE_SHARDED,
 };
-pub use reasons::{ConditionType, ISOLATED_IN_USE, SIZED};
+pub use reasons::{ConditionType, ISOLATED_IN_USE, SIZED, VERIFIED_UNDER_LOAD};
 pub use sized::{apply_sizing, isolated_in_use_condition, sized_condition, usage_status, Sizing, SEVERITY};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;

@@ -51,6 +51,8 @@ condition_types! {
     Sized,
     /// No class's latency rose while another sat at its ceiling (in a cluster only).
     IsolatedInUse,
+    /// The last BulkheadDrill saturated a class and no other moved (with `spec.workload.proxy` only).
+    VerifiedUnderLoad,
 }
 
 impl std::fmt::Display for ConditionType {
@@ -72,6 +74,7 @@ pub const ENFORCED: &str = ConditionType::Enforced.as_str();
 pub const SHUFFLE_SHARDED: &str = ConditionType::ShuffleSharded.as_str();
 pub const SIZED: &str = ConditionType::Sized.as_str();
 pub const ISOLATED_IN_USE: &str = ConditionType::IsolatedInUse.as_str();
+pub const VERIFIED_UNDER_LOAD: &str = ConditionType::VerifiedUnderLoad.as_str();
 
 /// Every condition type a status can carry, as the API spells it
 /// (`ConditionType::ALL`).
@@ -185,6 +188,12 @@ pub mod reason {
     pub const NO_SATURATION: &str = "NoSaturation";
     /// While a class sat at its ceiling, no other class's latency rose.
     pub const NO_LATENCY_COUPLING: &str = "NoLatencyCoupling";
+    /// A drill saturated a class and another class's latency or errors moved.
+    pub const LATENCY_COUPLED: &str = "LatencyCoupled";
+    /// No drill has reached a verdict for the Bulkhead's current spec.
+    pub const NOT_DRILLED: &str = "NotDrilled";
+    /// The last drill could not judge; the message says why.
+    pub const INCONCLUSIVE: &str = "Inconclusive";
 }
 
 #[cfg(test)]

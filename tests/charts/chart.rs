@@ -510,12 +510,13 @@ fn bulkheads_are_aggregated_into_the_view_edit_and_admin_roles() {
     assert_eq!(
         view,
         [
-            serde_json::json!([{"apiGroups": ["bulkhead.dev"], "resources": ["bulkheads", "bulkheads/status"], "verbs": ["get", "list", "watch"]}])
+            serde_json::json!([{"apiGroups": ["bulkhead.dev"], "resources": ["bulkheads", "bulkheads/status", "bulkheaddrills", "bulkheaddrills/status"], "verbs": ["get", "list", "watch"]}])
         ]
     );
     let edit = aggregated(&docs, "edit");
     assert_eq!(edit.len(), 2, "view's rules and edit's own: {edit:?}");
-    assert!(edit.contains(&serde_json::json!([{"apiGroups": ["bulkhead.dev"], "resources": ["bulkheads"],
+    assert!(edit
+        .contains(&serde_json::json!([{"apiGroups": ["bulkhead.dev"], "resources": ["bulkheads", "bulkheaddrills"],
         "verbs": ["create", "update", "patch", "delete", "deletecollection"]}])));
     assert_eq!(aggregated(&docs, "admin").len(), 2);
     // The status is the operator's alone.
@@ -749,6 +750,7 @@ fn the_injected_sidecars_security_context_is_a_value_and_openshift_can_leave_the
         let config = PlanConfig {
             proxy_image: Some("registry.example/bulkhead:test".into()),
             proxy_security_context: openshift,
+            fault: None,
         };
         let pod = injected_pod_with(&config);
         let sidecar = pod["containers"].as_array().expect("containers").last().expect("the sidecar").clone();

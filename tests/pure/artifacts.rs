@@ -7,10 +7,18 @@ fn root() -> std::path::PathBuf {
 
 #[test]
 fn the_committed_crds_match_the_rust_types() {
-    let generated = bulkhead::crd::crd_yaml();
-    for path in ["crds/bulkhead.dev_bulkheads.yaml", "charts/bulkhead/crds/bulkhead.dev_bulkheads.yaml"] {
-        let committed = std::fs::read_to_string(root().join(path)).expect("committed CRD");
-        assert!(committed == generated, "{path} drifted from the types: run `cargo run -- crd > {path}`");
+    for (kind, generated, file) in [
+        ("Bulkhead", bulkhead::crd::crd_yaml(), "bulkhead.dev_bulkheads.yaml"),
+        ("BulkheadDrill", bulkhead::crd::drill_crd_yaml(), "bulkhead.dev_bulkheaddrills.yaml"),
+    ] {
+        for dir in ["crds", "charts/bulkhead/crds"] {
+            let path = format!("{dir}/{file}");
+            let committed = std::fs::read_to_string(root().join(&path)).expect("committed CRD");
+            assert!(
+                committed == generated,
+                "{path} drifted from the types: run `cargo run -- crd --only {kind} > {path}`"
+            );
+        }
     }
 }
 
@@ -43,6 +51,11 @@ fn the_crd_is_structural_and_describes_every_field() {
     let mut missing = Vec::new();
     walk("", &schema["openAPIV3Schema"]["properties"]["spec"], &mut missing);
     assert!(missing.is_empty(), "fields without a description (kubectl explain shows nothing): {missing:?}");
+    let drill = bulkhead::crd::drill_definition();
+    let drill = serde_json::to_value(&drill.spec.versions[0].schema).expect("schema");
+    walk("", &drill["openAPIV3Schema"]["properties"]["spec"], &mut missing);
+    walk("", &drill["openAPIV3Schema"]["properties"]["status"], &mut missing);
+    assert!(missing.is_empty(), "BulkheadDrill fields without a description: {missing:?}");
     let classes = &schema["openAPIV3Schema"]["properties"]["spec"]["properties"]["classes"];
     assert_eq!(classes["x-kubernetes-list-type"], "map");
     assert_eq!(classes["x-kubernetes-list-map-keys"], serde_json::json!(["name"]));
@@ -102,6 +115,7 @@ fn the_chart_runs_the_operator_locked_down_with_least_privilege() {
     assert_eq!(
         writes,
         vec![
+            "bulkheaddrills/status",
             "bulkheads",
             "bulkheads/finalizers",
             "bulkheads/status",

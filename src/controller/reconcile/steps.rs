@@ -28,7 +28,10 @@ use crate::{
     evaluate::{evaluate_kept, Evaluation, Reused},
     plan::Change,
     snapshot::ObjectKey,
-    status::{merge_conditions, reason, ApplyOutcome, ConditionStatus, DesiredCondition, READY},
+    status::{
+        drill::{apply_verified, verified_under_load},
+        merge_conditions, reason, ApplyOutcome, ConditionStatus, DesiredCondition, READY, VERIFIED_UNDER_LOAD,
+    },
 };
 
 /// How often an unchanged Bulkhead is re-planned anyway (it writes nothing if all is well).
@@ -87,9 +90,15 @@ async fn reconcile_bulkhead(bulkhead: &Bulkhead, ctx: &Context) -> Result<Action
     // reconciles: a pod event costs in proportion to itself, and nothing for
     // a Bulkhead that does not read the pod's namespace.
     let mut kept = ctx.memory.audits.take(&name);
+    // A running drill's fault goes into this Bulkhead's pool config only.
+    let faulted = ctx.drills.fault(&name).map(|fault| {
+        let mut config = ctx.config.clone();
+        config.plan.fault = Some(fault);
+        config
+    });
     let (evaluation, reused) = {
         let (snapshot, others) = ctx.snapshot.read_counted().await;
-        evaluate_kept(bulkhead, &snapshot, others, &ctx.config, &mut kept)
+        evaluate_kept(bulkhead, &snapshot, others, faulted.as_ref().unwrap_or(&ctx.config), &mut kept)
     };
     ctx.memory.audits.put(&name, kept);
     if reused == Reused::Evaluation {
@@ -124,10 +133,14 @@ async fn reconcile_bulkhead(bulkhead: &Bulkhead, ctx: &Context) -> Result<Action
     let observed = ctx.memory.enforcement.observe(&name, &evaluation.plan, wrote);
     // Most reconciles under churn change nothing of this Bulkhead: skip
     // building a status already known to be in place.
+    let verified = verified_under_load(bulkhead, ctx.drills.all().iter().map(|d| &**d));
     let in_place = reused == Reused::Evaluation
-        && ctx.memory.audits.with(&name, |k| k.reported_already(bulkhead, &outcome, &sizing, &observed)) == Some(true);
+        && ctx.memory.audits.with(&name, |k| k.reported_already(bulkhead, &outcome, &sizing, &observed)) == Some(true)
+        && verified_in_place(bulkhead, verified.as_ref());
     if !in_place {
-        let status = evaluation.status_observed(bulkhead, &outcome, &sizing, observed.as_deref(), &now());
+        let now = now();
+        let mut status = evaluation.status_observed(bulkhead, &outcome, &sizing, observed.as_deref(), &now);
+        apply_verified(&mut status, verified, bulkhead.status.as_ref(), bulkhead.metadata.generation, &now);
         ctx.metrics.record_conditions(&name, &status.conditions);
         if report(ctx, bulkhead, &status).await? == Reported::AlreadyInPlace {
             ctx.memory.audits.with(&name, |k| k.note_reported(bulkhead, &outcome, &sizing, &observed));
@@ -136,6 +149,17 @@ async fn reconcile_bulkhead(bulkhead: &Bulkhead, ctx: &Context) -> Result<Action
     match apply_error {
         Some(e) => Err(e),
         None => Ok(Action::requeue(next_analysis.map_or(RESYNC, |next| next.min(RESYNC)))),
+    }
+}
+
+/// Whether the Bulkhead already reports `desired` as its VerifiedUnderLoad (or
+/// carries none when none is desired).
+fn verified_in_place(bulkhead: &Bulkhead, desired: Option<&DesiredCondition>) -> bool {
+    let current = bulkhead.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == VERIFIED_UNDER_LOAD));
+    match (current, desired) {
+        (None, None) => true,
+        (Some(c), Some(d)) => c.status == d.status.as_str() && c.reason == d.reason && c.message == d.message,
+        _ => false,
     }
 }
 
