@@ -949,3 +949,161 @@ async fn a_node_group_holds_its_class_on_real_nodes_and_deleting_restores_the_te
         cp.kubectl(&["label", "node", n, "pool-"]);
     }
 }
+
+// --- f. BulkheadDrill: the verification step on real pods --------------------
+
+/// The bound from `kubectl apply` of an example to its verdict.
+const DRILL_VERDICT: Duration = Duration::from_secs(300);
+
+/// An example file with the built images in place of its placeholders.
+fn drill_example(file: &str, images: &Images) -> String {
+    let path = bulkhead_testkit::repo_root().join("examples/drill").join(file);
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .replace("BULKHEAD_IMAGE", &images.operator)
+        .replace("APP_IMAGE", &images.app)
+}
+
+async fn drill(client: &Client, name: &str) -> Option<bulkhead::crd::BulkheadDrill> {
+    Api::<bulkhead::crd::BulkheadDrill>::all(client.clone()).get(name).await.ok()
+}
+
+async fn drill_status(client: &Client, name: &str) -> bulkhead::crd::BulkheadDrillStatus {
+    drill(client, name).await.and_then(|d| d.status).unwrap_or_default()
+}
+
+/// Every live pod of the example's app enforces `hash` and holds nothing.
+async fn pods_enforce(client: &Client, ns: &str, hash: &str) -> bool {
+    let ips = live_ips(&pods(client, ns, "app=app").await);
+    for ip in &ips {
+        if enforced_hash(*ip).await.as_deref() != Some(hash) {
+            return false;
+        }
+    }
+    !ips.is_empty()
+}
+
+/// Apply an example, wait for its drill's verdict, print its figures, and
+/// check the Bulkhead's VerifiedUnderLoad says the same.
+async fn run_drill_example(cp: &ControlPlane, client: &Client, file: &str, drill_name: &str, bh: &str) -> String {
+    let images = Images::get();
+    let started = Instant::now();
+    cp.apply_yaml(&drill_example(file, images));
+    let status = wait_for(&format!("{drill_name} reaches a verdict"), DRILL_VERDICT, || async {
+        let s = drill_status(client, drill_name).await;
+        s.verdict.is_some().then_some(s)
+    })
+    .await;
+    let verdict = status.verdict.clone().expect("verdict");
+    println!(
+        "{file}: verdict {verdict} {:.1} s after kubectl apply; held peak {:?} of ceiling {:?}\n  {}",
+        started.elapsed().as_secs_f64(),
+        status.held_peak,
+        status.ceiling,
+        status.message.as_deref().unwrap_or_default()
+    );
+    for c in &status.classes {
+        let (b, d) = (c.baseline.clone().unwrap_or_default(), c.during.clone().unwrap_or_default());
+        println!(
+            "  {}{}: baseline {} req p50 {} ms p99 {} ms rej {} % err {} % | during {} req p50 {} ms p99 {} ms rej {} % err {} %",
+            c.name,
+            if c.drilled { " (drilled)" } else { "" },
+            b.requests, b.p50_ms, b.p99_ms, b.rejected_percent, b.error_percent,
+            d.requests, d.p50_ms, d.p99_ms, d.rejected_percent, d.error_percent
+        );
+    }
+    let (expected_status, expected_reason) = match verdict.as_str() {
+        "Isolated" => ("True", "NoLatencyCoupling"),
+        "Leak" => ("False", "LatencyCoupled"),
+        _ => ("Unknown", "Inconclusive"),
+    };
+    let verified = wait_for("VerifiedUnderLoad follows the verdict", Duration::from_secs(30), || async {
+        condition(client, bh, "VerifiedUnderLoad").await.filter(|c| c.0 == expected_status && c.1 == expected_reason)
+    })
+    .await;
+    assert!(verified.2.contains(drill_name), "the condition names the drill: {verified:?}");
+    verdict
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drill_tells_a_leaky_app_from_an_isolated_one_and_lifts_its_fault() {
+    let _serial = SERIAL.lock().await;
+    let cp = cluster();
+    let client = cp.client().await;
+
+    // The leaky app: 3 workers for every class, payments may hold 4 calls.
+    let leaky = run_drill_example(cp, &client, "leaky.yaml", "drill-leaky-payments", "drill-leaky").await;
+    let status = drill_status(&client, "drill-leaky-payments").await;
+    assert_eq!(leaky, "Leak", "{status:?}");
+    assert!(status.message.as_deref().is_some_and(|m| m.contains("search moved") || m.contains("search")), "{status:?}");
+    cp.kubectl(&["delete", "namespace", "drill-leaky", "--wait=false"]);
+    cp.kubectl(&["delete", "bulkhead", "drill-leaky", "--timeout=60s"]);
+
+    // The isolated app: a worker per request. The same Bulkhead and drill.
+    let isolated = run_drill_example(cp, &client, "isolated.yaml", "drill-isolated-payments", "drill-isolated").await;
+    let status = drill_status(&client, "drill-isolated-payments").await;
+    assert_eq!(isolated, "Isolated", "{status:?}");
+    assert!(status.held_peak >= status.ceiling, "the drill saturated payments: {status:?}");
+
+    // Deleting a drill mid-way lifts its fault from every pod at once.
+    let plain = enforcement(&client, "drill-isolated").await.expect("enforcement").config_hash;
+    let long = |name: &str, class: &str| {
+        format!(
+            "apiVersion: bulkhead.dev/v1alpha1\nkind: BulkheadDrill\nmetadata: {{name: {name}}}\nspec:\n  bulkhead: drill-isolated\n  class: {class}\n  hold: 5m\n  baseline: 5s\n  duration: 5m\n  load: {{port: 8080, path: '/call/{{class}}', classes: [search], rate: 5}}\n"
+        )
+    };
+    cp.apply_yaml(&long("drill-deleted", "payments"));
+    let holding = wait_for("the fault is in force on every pod", Duration::from_secs(90), || async {
+        let s = drill_status(&client, "drill-deleted").await;
+        s.fault_time.is_some().then_some(s)
+    })
+    .await;
+    let fault = holding.fault_config_hash.clone().expect("the fault's hash");
+    assert_ne!(fault, plain);
+    assert!(pods_enforce(&client, "drill-isolated", &fault).await, "every pod reported the fault");
+    let deleted = Instant::now();
+    cp.kubectl(&["delete", "bulkheaddrill", "drill-deleted", "--wait=false"]);
+    wait_for("every pod enforces the config without the fault", Duration::from_secs(15), || async {
+        pods_enforce(&client, "drill-isolated", &plain).await.then_some(())
+    })
+    .await;
+    println!("drill deleted mid-way: every pod off the fault {:.2} s later", deleted.elapsed().as_secs_f64());
+
+    // An operator restart mid-drill: the new leader reports it aborted and never places the fault.
+    cp.apply_yaml(&long("drill-restarted", "payments"));
+    let holding = wait_for("the second fault is in force", Duration::from_secs(90), || async {
+        let s = drill_status(&client, "drill-restarted").await;
+        s.fault_time.is_some().then_some(s)
+    })
+    .await;
+    assert!(pods_enforce(&client, "drill-isolated", holding.fault_config_hash.as_deref().expect("hash")).await);
+    let leases: Api<Lease> = Api::namespaced(client.clone(), RELEASE_NS);
+    let leader = leases.get("bulkhead-operator").await.ok().and_then(|l| l.spec?.holder_identity).expect("a leader");
+    let killed = Instant::now();
+    Api::<Pod>::namespaced(client.clone(), RELEASE_NS).delete(&leader, &DeleteParams::default()).await.expect("delete");
+    let aborted = wait_for("the new leader reports the drill aborted", Duration::from_secs(60), || async {
+        let s = drill_status(&client, "drill-restarted").await;
+        (s.verdict.as_deref() == Some("Aborted")).then_some(s)
+    })
+    .await;
+    assert!(aborted.message.as_deref().is_some_and(|m| m.contains("restarted")), "{aborted:?}");
+    wait_for("every pod enforces the config without the fault again", Duration::from_secs(30), || async {
+        pods_enforce(&client, "drill-isolated", &plain).await.then_some(())
+    })
+    .await;
+    println!("leader killed mid-drill: aborted and every pod off the fault {:.2} s later", killed.elapsed().as_secs_f64());
+
+    // A critical class is never drilled: refused, the field named.
+    cp.apply_yaml(&long("drill-critical", "control-plane"));
+    let refused = wait_for("the critical drill is refused", Duration::from_secs(60), || async {
+        let s = drill_status(&client, "drill-critical").await;
+        (s.phase.as_deref() == Some("Refused")).then_some(s)
+    })
+    .await;
+    assert!(refused.message.as_deref().is_some_and(|m| m.starts_with("spec.class:") && m.contains("critical")), "{refused:?}");
+
+    cp.kubectl(&["delete", "bulkheaddrills", "--all", "--wait=false"]);
+    cp.kubectl(&["delete", "namespace", "drill-isolated", "--wait=false"]);
+    cp.kubectl(&["delete", "bulkhead", "drill-isolated", "--timeout=60s"]);
+    wait_ready(&client, RELEASE_NS, "app.kubernetes.io/name=bulkhead", 2, ROLLOUT).await;
+}

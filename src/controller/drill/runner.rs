@@ -23,9 +23,11 @@ use crate::{
     crd::{drill_phase, drill_verdict, Bulkhead, BulkheadDrill, BulkheadDrillStatus},
     evaluate::{evaluate, Config},
     plan::{DrillFault, Enforcer, Plan},
-    status::drill::{judge, settings, DrillSettings, Outcome, Recording, Saturation, Thresholds},
+    status::drill::{judge, not_ready, settings, DrillSettings, Outcome, Recording, Saturation, Thresholds},
 };
 
+/// How long a drill waits for its Bulkhead, pods and sidecars before it is refused.
+const PREPARE: Duration = Duration::from_secs(180);
 /// How long the pods may take to report the config with (or without) the fault.
 const CONVERGE: Duration = Duration::from_secs(30);
 /// How often the drill looks at the Bulkhead and the sidecars while it holds.
@@ -78,22 +80,41 @@ async fn drive(
 ) -> Result<Option<(String, String)>, Abort> {
     let name = drill.name_any();
     let bulkheads: Api<Bulkhead> = Api::all(ctx.client.clone());
-    let bulkhead = match bulkheads.get_opt(&drill.spec.bulkhead).await {
-        Ok(Some(b)) => b,
-        Ok(None) => {
-            refuse(ctx, &name, status, format!("spec.bulkhead: no Bulkhead named {}", drill.spec.bulkhead)).await;
+    // Wait (bounded) for what may still be coming: the Bulkhead, its pods,
+    // their sidecars on its config. A spec that cannot be drilled is refused at once.
+    let give_up = tokio::time::Instant::now() + PREPARE;
+    let (bulkhead, pods, settings) = loop {
+        let waiting = match bulkheads.get_opt(&drill.spec.bulkhead).await {
+            Ok(None) => format!("spec.bulkhead: no Bulkhead named {}", drill.spec.bulkhead),
+            Err(e) => format!("could not read Bulkhead {}: {e}", drill.spec.bulkhead),
+            Ok(Some(bulkhead)) => {
+                let plan = plan_of(ctx, &bulkhead, None).await;
+                let pods = sidecars(&plan);
+                match settings(&drill.spec, &bulkhead, &plan, pods.len()) {
+                    Err(message) => {
+                        refuse(ctx, &name, status, message).await;
+                        return Ok(None);
+                    }
+                    Ok(settings) => {
+                        let hash = plan.proxy.config_hash.clone().unwrap_or_default();
+                        match not_ready(&plan, pods.len()).map_or_else(|| converged(&bulkhead, &hash), Err) {
+                            Ok(()) => break (bulkhead, pods, settings),
+                            Err(why) => why,
+                        }
+                    }
+                }
+            }
+        };
+        if tokio::time::Instant::now() >= give_up {
+            refuse(ctx, &name, status, format!("gave up after {}s waiting: {waiting}", PREPARE.as_secs())).await;
             return Ok(None);
         }
-        Err(e) => return Err(Abort(format!("could not read Bulkhead {}: {e}", drill.spec.bulkhead))),
-    };
-    let plan = plan_of(ctx, &bulkhead, None).await;
-    let pods = sidecars(&plan);
-    let settings = match settings(&drill.spec, &bulkhead, &plan, pods.len()) {
-        Ok(s) => s,
-        Err(message) => {
-            refuse(ctx, &name, status, message).await;
-            return Ok(None);
+        if status.message.as_deref() != Some(waiting.as_str()) {
+            status.message = Some(format!("waiting: {waiting}"));
+            write(ctx, &name, status).await.map_err(Abort)?;
+            status.message = Some(waiting);
         }
+        tokio::time::sleep(Duration::from_secs(2)).await;
     };
     let generation = bulkhead.metadata.generation;
     status.bulkhead_generation = generation;

@@ -7,6 +7,6 @@ mod settings;
 mod verdict;
 mod verified;
 
-pub use settings::{settings, DrillSettings, LoadSettings, MAX_DRILL, MAX_SATURATE};
+pub use settings::{not_ready, settings, DrillSettings, LoadSettings, MAX_DRILL, MAX_SATURATE};
 pub use verdict::{judge, Judgement, Outcome, Recording, Sample, Saturation, Thresholds};
 pub use verified::{apply_verified, verified_under_load};

@@ -56,6 +56,16 @@ impl LoadSettings {
     }
 }
 
+/// What a drill waits for before it begins (each may come in time: the
+/// Bulkhead, its workload and its sidecars are often applied with the drill):
+/// a pool config planned and running pods that carry the sidecar.
+pub fn not_ready(plan: &Plan, pods: usize) -> Option<String> {
+    if !plan.is_valid() || plan.proxy.config_hash.is_none() || plan.proxy.withheld {
+        return Some("the Bulkhead has no pool config in force yet (see its Ready condition)".into());
+    }
+    (pods == 0).then(|| "no running pod of the Bulkhead's workload carries its sidecar yet".into())
+}
+
 /// Read `spec` against `bulkhead` and its current `plan` (with `pods`
 /// running selected pods); the error names the field at fault.
 pub fn settings(
@@ -70,9 +80,6 @@ pub fn settings(
             "spec.bulkhead: Bulkhead {name} has no spec.workload.proxy; a drill needs its sidecars to place the fault"
         )
     })?;
-    if !plan.is_valid() || plan.proxy.config_hash.is_none() || plan.proxy.withheld {
-        return Err(format!("spec.bulkhead: Bulkhead {name} has no pool config in force (see its Ready condition)"));
-    }
     let classes: Vec<&str> = bulkhead.spec.classes.iter().map(|c| c.name.as_str()).collect();
     let capacity = plan.capacity.classes.iter().find(|c| c.name == spec.class).ok_or_else(|| {
         format!("spec.class: {} is not a class of Bulkhead {name} (classes: {})", spec.class, classes.join(", "))
@@ -91,9 +98,6 @@ pub fn settings(
     }
     if capacity.ceiling_per_replica == 0 {
         return Err(format!("spec.class: {}'s ceiling on each pod is 0; there is nothing to hold", spec.class));
-    }
-    if pods == 0 {
-        return Err(format!("spec.bulkhead: no running pod of Bulkhead {name}'s workload carries its sidecar"));
     }
     let hold =
         bounded("spec.hold", spec.hold.as_deref(), Duration::from_secs(30), Duration::from_millis(1), MAX_DRILL)?;
