@@ -13,6 +13,7 @@ mod durations;
 mod errors;
 mod proxy;
 mod proxy_abuse;
+mod proxy_drill;
 mod proxy_hostile;
 mod proxy_shared_connection;
 mod proxy_spoofing;

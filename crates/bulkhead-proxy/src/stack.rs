@@ -34,6 +34,7 @@ use super::{
     activity::Activity,
     counted::{Counted, CountedBody},
     forward::{Forward, ForwardFuture, ProxyBody},
+    held,
     refusal::Refusal,
     screen::Screen,
     stall::Watched,
@@ -78,7 +79,11 @@ impl Service<Request<Incoming>> for ToUpstream {
 
     fn call(&mut self, mut req: Request<Incoming>) -> ForwardFuture {
         match req.extensions_mut().remove::<Admitted>() {
-            Some(admitted) => self.forward.call(req, &self.peer, &admitted.class, admitted.max_duration),
+            Some(mut admitted) => match admitted.hold.take() {
+                None => self.forward.call(req, &self.peer, &admitted.class, admitted.max_duration),
+                // A drill's fault on the class: held, slot taken, then forwarded.
+                Some(hold) => held::forward_after(Arc::clone(&self.forward), req, self.peer.clone(), admitted, hold),
+            },
             // Only Admission calls this, and it always says the class; never forward without one.
             None => ForwardFuture::refused(Refusal::Admission(Reason::Unclassified), is_grpc(&req)),
         }
