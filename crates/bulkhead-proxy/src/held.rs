@@ -15,7 +15,11 @@ use http::{HeaderValue, Request};
 use hyper::body::Incoming;
 use tokio::{sync::watch, time::Instant};
 
-use bulkhead_admission::{admission::DrillHold, layer::Admitted, synthetic::is_grpc};
+use bulkhead_admission::{
+    admission::{DrillHold, Held},
+    layer::Admitted,
+    synthetic::is_grpc,
+};
 
 use super::{
     forward::{Forward, ForwardFuture},
@@ -37,19 +41,10 @@ pub(super) fn forward_after(
     let mut held = hold.begin();
     let mut stop = forward.stop();
     let max = admitted.max_duration;
+    // A reload between the admission and here was not seen by `held`: look once.
+    let lifted = held.remaining().is_none();
     ForwardFuture::held(Box::pin(async move {
-        let mut until = until;
-        let past_max = loop {
-            tokio::select! {
-                () = tokio::time::sleep_until(until) => break false,
-                () = deadline(max.map(|m| admitted_at + m)) => break true,
-                () = stopped(&mut stop) => break false,
-                () = held.reloaded() => match held.remaining() {
-                    Some(left) => until = until.min(Instant::now() + left),
-                    None => break false,
-                },
-            }
-        };
+        let past_max = !lifted && wait(&mut held, until, max.map(|m| admitted_at + m), &mut stop).await;
         drop(held);
         // What is left of the class's maximum duration bounds the forwarded request.
         let left = max.map(|m| m.saturating_sub(admitted_at.elapsed()));
@@ -58,6 +53,22 @@ pub(super) fn forward_after(
         }
         forward.call(req, &peer, &admitted.class, left).await
     }))
+}
+
+/// Hold until `until` (or a reload lifts the hold or ends it sooner), the
+/// proxy stops, or `max_at` passes: true only in the last case.
+async fn wait(held: &mut Held, mut until: Instant, max_at: Option<Instant>, stop: &mut watch::Receiver<bool>) -> bool {
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep_until(until) => return false,
+            () = deadline(max_at) => return true,
+            () = stopped(stop) => return false,
+            () = held.reloaded() => match held.remaining() {
+                Some(left) => until = until.min(Instant::now() + left),
+                None => return false,
+            },
+        }
+    }
 }
 
 /// Never resolves without a deadline.
