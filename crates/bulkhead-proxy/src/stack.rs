@@ -6,7 +6,7 @@
 //! | [`Counted`] | counts the request on its connection (idle and stall timers) until its body ends; watches a body the client stops reading | [`CountedBody`], [`Watched`] |
 //! | [`Screen`] | refuses what must not be forwarded or classified (the 400s), drops untrusted class headers | — |
 //! | [`Admission`] | the admission crate's tower Layer: classify, admit or refuse (503), hold the slot until the body ends | [`PermitBody`] |
-//! | [`ToUpstream`] | forwards the admitted request as [`Admitted`] names it | [`ProxyBody`] |
+//! | [`ToUpstream`] | forwards the admitted request as [`Admitted`] names it (after a drill's hold, `held`) | [`ProxyBody`] |
 //!
 //! so every response of the proxy has one type, [`ResponseBody`].
 
