@@ -15,7 +15,9 @@ use http::HeaderValue;
 use prometheus_client::metrics::histogram::Histogram;
 use rustc_hash::FxHashMap;
 
-use crate::pool_config::{PoolConfig, PoolConfigError};
+use tokio::sync::watch;
+
+use crate::pool_config::{now_unix_ms, Hold, PoolConfig, PoolConfigError};
 
 /// Where an admitted request's slot came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -108,6 +110,11 @@ struct Class {
     critical: bool,
     /// pools.json's maxDurationMs: a request of this class is cut past it.
     max_duration: Option<Duration>,
+    /// A drill's fault (pools.json's hold): admitted requests wait before they are forwarded.
+    hold: Option<Hold>,
+    /// Requests held now by a drill's fault, and since the pool was made.
+    held: u32,
+    held_total: u64,
     floor_in_use: u32,
     surplus_in_use: u32,
     /// Most in flight (floor + surplus) and most borrowed since the last
@@ -152,6 +159,9 @@ pub struct Pool {
     state: Mutex<State>,
     unclassified: Unclassified,
     buckets: Vec<f64>,
+    /// Bumped by every applied config, so held requests look again at their
+    /// class's hold (a reload that lifts it releases them at once).
+    reloaded: watch::Sender<u64>,
 }
 
 /// One admitted request's slot; dropping it gives back exactly that slot.
@@ -163,6 +173,8 @@ pub struct Permit {
     header: HeaderValue,
     /// The class's maximum duration, if it has one.
     max_duration: Option<Duration>,
+    /// How long a drill's fault holds the request before it is forwarded.
+    hold: Option<Duration>,
     source: Source,
     start: Instant,
 }
@@ -181,6 +193,91 @@ impl Permit {
     /// The class this permit counts against, as a header value.
     pub fn class_header(&self) -> &HeaderValue {
         &self.header
+    }
+
+    /// How long a drill's fault holds this request, slot taken, before it is
+    /// forwarded: the class's `hold.ms`, cut short by its `untilUnixMs`,
+    /// read at admission. None without a hold or once it has ended.
+    pub fn hold(&self) -> Option<Duration> {
+        self.hold
+    }
+
+    /// What the forwarder needs to hold this request (see [`DrillHold`]).
+    pub fn drill_hold(&self) -> Option<DrillHold> {
+        self.hold.map(|duration| DrillHold { pool: Arc::clone(&self.pool), class: self.class, duration })
+    }
+}
+
+/// A drill's hold on one admitted request, for whoever forwards it: how
+/// long to wait, and the pool's count of held requests to join meanwhile.
+#[derive(Clone, Debug)]
+pub struct DrillHold {
+    pool: Arc<Pool>,
+    class: u32,
+    duration: Duration,
+}
+
+impl PartialEq for DrillHold {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.pool, &other.pool) && self.class == other.class && self.duration == other.duration
+    }
+}
+
+impl Eq for DrillHold {}
+
+impl DrillHold {
+    /// How long to hold, as read at admission.
+    pub fn duration(&self) -> Duration {
+        self.duration
+    }
+
+    /// Start holding: the request counts as held (`bulkhead_proxy_held`,
+    /// `/readyz` `held=`) until the returned guard is dropped.
+    pub fn begin(self) -> Held {
+        let reloaded = self.pool.reloaded.subscribe();
+        {
+            let mut s = self.pool.lock();
+            if let Some(c) = s.classes.get_mut(self.class as usize) {
+                c.held += 1;
+                c.held_total += 1;
+            }
+        }
+        Held { pool: self.pool, class: self.class, reloaded }
+    }
+}
+
+/// A request being held by a drill's fault; dropping it ends the count.
+#[derive(Debug)]
+pub struct Held {
+    pool: Arc<Pool>,
+    class: u32,
+    reloaded: watch::Receiver<u64>,
+}
+
+impl Held {
+    /// Resolves when a config is applied: then [`Held::remaining`] may have changed.
+    pub async fn reloaded(&mut self) {
+        if self.reloaded.changed().await.is_err() {
+            // The pool is gone (it is not, while this holds an Arc of it): never again.
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// How much longer the class's hold in force now would hold a request
+    /// arriving now; None when no hold is in force (lifted, or ended).
+    pub fn remaining(&self) -> Option<Duration> {
+        let s = self.pool.lock();
+        let hold = s.classes.get(self.class as usize)?.hold.as_ref()?;
+        hold.remaining_at(now_unix_ms())
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let mut s = self.pool.lock();
+        if let Some(c) = s.classes.get_mut(self.class as usize) {
+            c.held = c.held.saturating_sub(1);
+        }
     }
 }
 
@@ -224,6 +321,7 @@ impl Pool {
             }),
             unclassified,
             buckets: DURATION_BUCKETS.to_vec(),
+            reloaded: watch::Sender::new(0),
         };
         pool.apply_hashed(config, hash)?;
         Ok(Arc::new(pool))
@@ -261,6 +359,7 @@ impl Pool {
             class.active = false;
             class.reserved = 0;
             class.ceiling = 0;
+            class.hold = None;
         }
         s.by_name.clear();
         for (c, header) in config.classes.iter().zip(headers) {
@@ -275,6 +374,9 @@ impl Pool {
                         ceiling: 0,
                         critical: false,
                         max_duration: None,
+                        hold: None,
+                        held: 0,
+                        held_total: 0,
                         floor_in_use: 0,
                         surplus_in_use: 0,
                         high_water: 0,
@@ -292,6 +394,7 @@ impl Pool {
             class.ceiling = c.ceiling;
             class.critical = c.critical;
             class.max_duration = c.max_duration_ms.map(Duration::from_millis);
+            class.hold.clone_from(&c.hold);
             // Fewer than 2^32 classes: the config came from a JSON document.
             let index = u32::try_from(index).unwrap_or(u32::MAX);
             s.by_name.insert(c.name.as_bytes().into(), index);
@@ -309,7 +412,11 @@ impl Pool {
         {
             s.strict = s.violation().is_none();
         }
-        Ok(s.generation)
+        let generation = s.generation;
+        drop(s);
+        // Works with no receiver too: nobody is held now.
+        self.reloaded.send_replace(generation);
+        Ok(generation)
     }
 
     /// Admit a request of the named class (None: unclassified) or refuse it
@@ -341,10 +448,12 @@ impl Pool {
         c.high_water = c.high_water.max(c.floor_in_use + c.surplus_in_use);
         c.admitted[source as usize] += 1;
         let (header, max_duration) = (c.header.clone(), c.max_duration);
+        // Without a drill, one Option check: the clock is read only while a class has a hold.
+        let hold = c.hold.as_ref().and_then(|h| h.remaining_at(now_unix_ms()));
         #[cfg(test)]
         s.check();
         drop(guard);
-        Ok(Permit { pool: Arc::clone(self), class: index, header, max_duration, source, start: Instant::now() })
+        Ok(Permit { pool: Arc::clone(self), class: index, header, max_duration, hold, source, start: Instant::now() })
     }
 
     fn release(&self, class: u32, source: Source, start: Instant) {
@@ -373,6 +482,11 @@ impl Pool {
     pub fn in_force(&self) -> (u64, Option<Arc<str>>) {
         let s = self.lock();
         (s.generation, s.config_hash.clone())
+    }
+
+    /// Requests held by a drill's fault now, every class together.
+    pub fn held(&self) -> u64 {
+        self.lock().classes.iter().map(|c| u64::from(c.held)).sum()
     }
 
     /// The config in force.
@@ -428,6 +542,8 @@ impl Pool {
                     admitted_surplus: c.admitted[1],
                     rejected_ceiling: c.rejected[0],
                     rejected_surplus_exhausted: c.rejected[1],
+                    held: c.held,
+                    held_total: c.held_total,
                     duration: c.duration.clone(),
                 })
                 .collect(),
@@ -527,6 +643,10 @@ pub struct ClassSnapshot {
     pub rejected_ceiling: u64,
     /// Requests refused with its floor full and no surplus left.
     pub rejected_surplus_exhausted: u64,
+    /// Requests held now by a drill's fault (admitted, not yet forwarded).
+    pub held: u32,
+    /// Requests a drill's fault has held since the pool was made.
+    pub held_total: u64,
     /// Time from admission until the slot was given back, in seconds.
     pub duration: Histogram,
 }

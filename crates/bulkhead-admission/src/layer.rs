@@ -18,7 +18,7 @@ use pin_project_lite::pin_project;
 use tokio::sync::oneshot;
 
 use super::{
-    admission::{Permit, Pool},
+    admission::{DrillHold, Permit, Pool},
     reject::Rejector,
 };
 
@@ -69,18 +69,22 @@ impl<C> Gate<C> {
 
 /// Put in an admitted request's extensions by [`Admission`], for the service
 /// it wraps: the class the request counts against (never the client's
-/// claim: the pool's own header value) and the longest it may take.
+/// claim: the pool's own header value), the longest it may take, and a
+/// drill's hold on it. The sidecar enforces the hold (it waits, slot taken,
+/// before forwarding); a service that embeds the Layer may too.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Admitted {
     /// The class as a header value, ready to send upstream.
     pub class: HeaderValue,
     /// The class's maximum duration (pools.json's maxDurationMs), if it has one.
     pub max_duration: Option<Duration>,
+    /// A drill's fault on the class (pools.json's hold), if one is in force.
+    pub hold: Option<DrillHold>,
 }
 
 impl Admitted {
     fn of(permit: &Permit) -> Self {
-        Self { class: permit.class_header().clone(), max_duration: permit.max_duration() }
+        Self { class: permit.class_header().clone(), max_duration: permit.max_duration(), hold: permit.drill_hold() }
     }
 }
 
@@ -421,9 +425,11 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_inner_service_is_told_the_class_and_its_maximum_duration() {
+    async fn the_inner_service_is_told_the_class_its_maximum_duration_and_its_hold() {
         let mut config = example();
         config.classes[2].max_duration_ms = Some(1500);
+        let until = crate::pool_config::now_unix_ms() + 60_000;
+        config.classes[2].hold = Some(crate::pool_config::Hold { drill: "d".into(), ms: 1000, until_unix_ms: until });
         let pool = Pool::new(config, Unclassified::Reject).expect("valid");
         let seen: Arc<Mutex<Vec<Option<Admitted>>>> = Arc::default();
         let upstream = {
@@ -437,10 +443,13 @@ mod tests {
         for class in ["reports", "search"] {
             svc.ready().await.expect("ready").call(request(class)).await.expect("response");
         }
-        let reports =
-            Admitted { class: HeaderValue::from_static("reports"), max_duration: Some(Duration::from_millis(1500)) };
-        let search = Admitted { class: HeaderValue::from_static("search"), max_duration: None };
-        assert_eq!(*seen.lock().expect("test lock"), [Some(reports), Some(search)]);
+        let mut seen = std::mem::take(&mut *seen.lock().expect("test lock")).into_iter().flatten();
+        let reports = seen.next().expect("reports");
+        assert_eq!(reports.class, "reports");
+        assert_eq!(reports.max_duration, Some(Duration::from_millis(1500)));
+        assert_eq!(reports.hold.map(|h| h.duration()), Some(Duration::from_millis(1000)));
+        let search = Admitted { class: HeaderValue::from_static("search"), max_duration: None, hold: None };
+        assert_eq!(seen.next(), Some(search));
     }
 
     #[tokio::test]

@@ -32,12 +32,12 @@ pub mod pool_config;
 pub mod reject;
 pub mod synthetic;
 
-pub use admission::{Permit, Pool, Reason, Rejection, Source, Unclassified};
+pub use admission::{DrillHold, Held, Permit, Pool, Reason, Rejection, Source, Unclassified};
 pub use classify::{Classifier, Rule};
 pub use layer::{Admission, AdmissionLayer, Admitted, Classify, Gate, HoldPermit, PermitBody};
 pub use metrics::{PoolCollector, ProxyMetrics};
 pub use pool_config::{
-    Cidr, OnCeiling, PoolClass, PoolConfig, PoolConfigError, Scope, POOL_CONFIG_KEY, POOL_CONFIG_VERSION,
+    Cidr, Hold, OnCeiling, PoolClass, PoolConfig, PoolConfigError, Scope, POOL_CONFIG_KEY, POOL_CONFIG_VERSION,
 };
 pub use reject::Rejector;
 pub use synthetic::{GrpcStatus, SyntheticResponse};

@@ -137,6 +137,27 @@ impl Collector for PoolCollector {
             ConstGauge::new(i64::from(c.floor_in_use)).encode(m.encode_family(&class_pool(&c.name, "floor"))?)?;
             ConstGauge::new(i64::from(c.surplus_in_use)).encode(m.encode_family(&class_pool(&c.name, "surplus"))?)?;
         }
+        // A drill's fault (pools.json's hold): requests admitted and waiting, slot taken, before
+        // they are forwarded. The counter has a family name of its own: OpenMetrics forbids a
+        // gauge and a counter of one name (`held` and `held_total` would be one family).
+        let mut m = encoder.encode_descriptor(
+            "held",
+            "Requests held now by a drill's fault (admitted, not yet forwarded), by class",
+            None,
+            gauge,
+        )?;
+        for c in &s.classes {
+            ConstGauge::new(i64::from(c.held)).encode(m.encode_family(&class(&c.name))?)?;
+        }
+        let mut m = encoder.encode_descriptor(
+            "held_requests",
+            "Requests a drill's fault has held since start, by class",
+            None,
+            counter,
+        )?;
+        for c in &s.classes {
+            ConstCounter::new(c.held_total).encode(m.encode_family(&class(&c.name))?)?;
+        }
         let mut m = encoder.encode_descriptor(
             "in_flight_high_water",
             "Most requests of a class in flight at once since the last scrape",
@@ -230,6 +251,8 @@ mod tests {
             r#"bulkhead_proxy_rejected_total{bulkhead="example",class="",reason="unclassified"} 1"#,
             r#"bulkhead_proxy_in_flight{bulkhead="example",class="checkout",pool="floor"} 0"#,
             r#"bulkhead_proxy_in_flight_high_water{bulkhead="example",class="checkout"} 41"#,
+            r#"bulkhead_proxy_held{bulkhead="example",class="checkout"} 0"#,
+            r#"bulkhead_proxy_held_requests_total{bulkhead="example",class="checkout"} 0"#,
             r#"bulkhead_proxy_borrowed_high_water{bulkhead="example",class="checkout"} 1"#,
             r#"bulkhead_proxy_class_ceiling{bulkhead="example",class="checkout"} 155"#,
             r#"bulkhead_proxy_class_reserved{bulkhead="example",class="control-plane"} 5"#,
@@ -253,6 +276,28 @@ mod tests {
         let line = r#"bulkhead_proxy_config_info{bulkhead="example",hash="00000000000000ab"} 1"#;
         assert!(m.encode().contains(line), "{line} missing from\n{}", m.encode());
         assert_eq!(pool.in_force(), (2, Some(Arc::from("00000000000000ab"))));
+    }
+
+    #[test]
+    fn held_requests_are_counted_by_class_while_held_and_in_all() {
+        let mut config = example();
+        let until = crate::pool_config::now_unix_ms() + 60_000;
+        config.classes[1].hold = Some(crate::pool_config::Hold { drill: "d".into(), ms: 1_000, until_unix_ms: until });
+        let pool = Pool::new(config, Unclassified::Reject).expect("valid");
+        let m = ProxyMetrics::new(Arc::clone(&pool));
+        let permits: Vec<_> = (0..2).map(|_| pool.admit(Some(b"search")).expect("room")).collect();
+        let mut held: Vec<_> = permits.iter().map(|p| p.drill_hold().expect("a hold").begin()).collect();
+        drop(held.pop());
+        let text = m.encode();
+        for line in [
+            r#"bulkhead_proxy_held{bulkhead="example",class="search"} 1"#,
+            r#"bulkhead_proxy_held_requests_total{bulkhead="example",class="search"} 2"#,
+            r#"bulkhead_proxy_held{bulkhead="example",class="checkout"} 0"#,
+            "# TYPE bulkhead_proxy_held gauge",
+            "# TYPE bulkhead_proxy_held_requests counter",
+        ] {
+            assert!(text.contains(line), "{line} missing from\n{text}");
+        }
     }
 
     #[test]

@@ -118,6 +118,19 @@ impl Hold {
     pub fn active_at(&self, now_unix_ms: u64) -> bool {
         now_unix_ms < self.until_unix_ms
     }
+
+    /// How long a request admitted at `now_unix_ms` is held: `ms`, cut short
+    /// by `untilUnixMs`; None once the fault has ended.
+    pub fn remaining_at(&self, now_unix_ms: u64) -> Option<std::time::Duration> {
+        self.active_at(now_unix_ms)
+            .then(|| std::time::Duration::from_millis(self.ms.min(self.until_unix_ms - now_unix_ms)))
+    }
+}
+
+/// Wall-clock now in unix milliseconds, as [`Hold::active_at`] reads it (0 before 1970).
+pub fn now_unix_ms() -> u64 {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    u64::try_from(now.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Why a pool config cannot be enforced; each names the field.

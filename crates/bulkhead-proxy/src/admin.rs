@@ -92,14 +92,16 @@ pub(super) async fn serve(
 
 /// Ready while serving; the body names the config generation in force and
 /// the hash of its document (`config=`, `pool_config::content_hash`), so the
-/// operator (or a person) can tell which planned config this replica enforces.
+/// operator (or a person) can tell which planned config this replica enforces,
+/// and the requests a drill's fault holds now, every class together (`held=`).
 async fn readyz(State(admin): State<Arc<Admin>>) -> (StatusCode, String) {
     let (generation, hash) = admin.pool.in_force();
     let hash = hash.as_deref().unwrap_or("none");
+    let held = admin.pool.held();
     if admin.draining.load(Ordering::Relaxed) {
-        (StatusCode::SERVICE_UNAVAILABLE, format!("draining generation={generation} config={hash}\n"))
+        (StatusCode::SERVICE_UNAVAILABLE, format!("draining generation={generation} config={hash} held={held}\n"))
     } else {
-        (StatusCode::OK, format!("ok generation={generation} config={hash}\n"))
+        (StatusCode::OK, format!("ok generation={generation} config={hash} held={held}\n"))
     }
 }
 

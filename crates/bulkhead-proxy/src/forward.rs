@@ -109,6 +109,8 @@ pub struct Forward {
     class_headers: Arc<ClassHeaders>,
     /// Held by each spliced upgrade, so a drain waits for those too.
     drain: watch::Receiver<()>,
+    /// True once the proxy stops: a drill's hold ends then (`held`).
+    stop: watch::Receiver<bool>,
 }
 
 /// The upstream's connections.
@@ -125,13 +127,19 @@ impl Forward {
         limits: Limits,
         class_headers: Arc<ClassHeaders>,
         drain: watch::Receiver<()>,
+        stop: watch::Receiver<bool>,
     ) -> Self {
         let authority = upstream.authority.clone();
         let via = match protocol {
             UpstreamProtocol::Http1 => Via::H1(H1Upstream::new(authority, UPSTREAM_CONNECT)),
             UpstreamProtocol::H2c => Via::H2(H2Upstream::new(authority, UPSTREAM_CONNECT, limits.timeouts.idle)),
         };
-        Self { via, upstream, limits, class_headers, drain }
+        Self { via, upstream, limits, class_headers, drain, stop }
+    }
+
+    /// Turns true when the proxy stops.
+    pub(super) fn stop(&self) -> watch::Receiver<bool> {
+        self.stop.clone()
     }
 
     fn protocol(&self) -> UpstreamProtocol {
@@ -262,6 +270,9 @@ pub struct ForwardFuture {
     hand_off: Option<HoldPermit>,
 }
 
+/// A held request's answer: the hold, then the forwarded request's (`held`).
+type HeldAnswer = Pin<Box<dyn Future<Output = Result<Response<ProxyBody>, Infallible>> + Send>>;
+
 /// The upstream's answer on its way.
 enum Pending {
     H1(Pin<Box<dyn Future<Output = Result<Response<H1Body>, super::h1_upstream::H1Error>> + Send>>),
@@ -304,6 +315,8 @@ enum State {
         timeouts: StreamTimeouts,
     },
     Ready(Option<Response<ProxyBody>>),
+    /// Held by a drill's fault; boxed, so a request that is not held pays nothing for it.
+    Held(HeldAnswer),
 }
 
 impl ForwardFuture {
@@ -314,6 +327,11 @@ impl ForwardFuture {
     /// The proxy's own answer, nothing forwarded.
     pub(super) fn refused(refusal: Refusal, grpc: bool) -> Self {
         Self::ready(answer(refusal, grpc))
+    }
+
+    /// The answer of a request a drill's fault holds (the inner future hands its permit on itself).
+    pub(super) fn held(answer: HeldAnswer) -> Self {
+        ForwardFuture { state: State::Held(answer), hand_off: None }
     }
 }
 
@@ -339,6 +357,7 @@ impl ForwardFuture {
             State::Ready(res) => {
                 return Poll::Ready(Ok(res.take().unwrap_or_else(|| answer(Refusal::Upstream, false))))
             }
+            State::Held(held) => return held.as_mut().poll(cx),
             State::Waiting { inner, inbound, drain, deadline, stalled, grpc, timeouts } => {
                 (inner, inbound, drain, deadline, stalled, *grpc, *timeouts)
             }

@@ -28,6 +28,7 @@ mod h1_upstream;
 mod h2_pool;
 mod h2_upstream;
 mod head;
+mod held;
 mod hop_headers;
 mod idle;
 pub mod options;
@@ -56,7 +57,7 @@ use std::{
 
 use tokio::{net::TcpListener, sync::watch};
 
-pub use admission::{Permit, Pool, Reason, Rejection, Source, Unclassified};
+pub use admission::{DrillHold, Held, Permit, Pool, Reason, Rejection, Source, Unclassified};
 pub use classify::{Classifier, Rule};
 pub use layer::{Admission, AdmissionLayer, Classify, Gate, HoldPermit, PermitBody};
 pub use metrics::{PoolCollector, ProxyMetrics};
@@ -180,8 +181,14 @@ pub async fn run(args: ProxyArgs) -> Result<(), ProxyError> {
         tracing::info!(listen = %plan.addr, upstream = %plan.upstream, classify = ?plan.classifier, "listening");
         let class_headers = Arc::new(class_headers::ClassHeaders::new(&plan.classifier));
         let screen = screen::Screen::new(&plan.classifier, Arc::clone(&class_headers), class_header_from.clone());
-        let forward =
-            forward::Forward::new(plan.upstream, args.upstream_protocol, limits.clone(), class_headers, drain.clone());
+        let forward = forward::Forward::new(
+            plan.upstream,
+            args.upstream_protocol,
+            limits.clone(),
+            class_headers,
+            drain.clone(),
+            stop.clone(),
+        );
         let admission = AdmissionLayer::with_rejector(Arc::clone(&pool), plan.classifier, rejector.clone());
         let listener = stack::Listener::new(screen, admission, forward);
         bound.push((tcp, Arc::new(listener)));

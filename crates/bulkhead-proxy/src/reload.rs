@@ -14,7 +14,7 @@ use std::{
     time::Duration,
 };
 
-use bulkhead_admission::pool_config::{content_hash, PoolConfig, POOL_CONFIG_KEY};
+use bulkhead_admission::pool_config::{content_hash, now_unix_ms, Hold, PoolConfig, POOL_CONFIG_KEY};
 
 use bulkhead_admission::{
     admission::{ApplyError, Pool},
@@ -120,6 +120,9 @@ pub async fn follow(
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let path = config_path(&dir);
+    // Named once when the config read at start has a drill's fault in it.
+    let mut holds = Holds::default();
+    holds.applied(&pool.config(), now_unix_ms());
     // Reads go to the blocking pool: a FIFO or a huge file must not stall a runtime thread.
     let mut seen = Seen::Bytes(applied);
     let mut tick = tokio::time::interval(interval);
@@ -129,6 +132,7 @@ pub async fn follow(
             _ = tick.tick() => {}
             _ = stop.changed() => return,
         }
+        holds.tick(now_unix_ms());
         let now = match read_off_runtime(&path).await {
             Ok(bytes) => Seen::Bytes(bytes),
             Err(e) => {
@@ -143,13 +147,16 @@ pub async fn follow(
             continue;
         }
         if let Seen::Bytes(bytes) = &now {
-            apply(&path, bytes, &pool, &metrics);
+            if apply(&path, bytes, &pool, &metrics) {
+                holds.applied(&pool.config(), now_unix_ms());
+            }
         }
         seen = now;
     }
 }
 
-fn apply(path: &Path, bytes: &[u8], pool: &Pool, metrics: &ProxyMetrics) {
+/// Whether the document was applied.
+fn apply(path: &Path, bytes: &[u8], pool: &Pool, metrics: &ProxyMetrics) -> bool {
     let hash = content_hash(bytes);
     let result = parse(path, bytes).and_then(|config| {
         pool.apply_hashed(config, Some(&hash)).map_err(|source| LoadError::Invalid { path: path.to_owned(), source })
@@ -159,10 +166,59 @@ fn apply(path: &Path, bytes: &[u8], pool: &Pool, metrics: &ProxyMetrics) {
             metrics.reload("applied");
             metrics.applied_now();
             tracing::info!(generation, %hash, "pool config applied");
+            true
         }
         Err(e) => {
             metrics.reload("invalid");
             tracing::warn!(error = %e, %hash, "pool config rejected; keeping the last good one");
+            false
+        }
+    }
+}
+
+/// The drills' faults in force, by class, so that each is logged once when a
+/// config places it, once when a config lifts it, and once when its own
+/// deadline (`untilUnixMs`) ends it.
+#[derive(Debug, Default)]
+struct Holds {
+    /// (class, its hold, whether its deadline has been logged as passed).
+    known: Vec<(String, Hold, bool)>,
+}
+
+impl Holds {
+    /// A config was applied: log the holds it places, changes and lifts.
+    fn applied(&mut self, config: &PoolConfig, now: u64) {
+        let placed: Vec<(String, Hold)> =
+            config.classes.iter().filter_map(|c| c.hold.clone().map(|h| (c.name.clone(), h))).collect();
+        for (class, hold, _) in &self.known {
+            if !placed.iter().any(|(c, h)| c == class && h.drill == hold.drill) {
+                tracing::info!(drill = %hold.drill, %class, "drill hold lifted: requests of the class are forwarded at once again");
+            }
+        }
+        let mut known = Vec::with_capacity(placed.len());
+        for (class, hold) in placed {
+            let before = self.known.iter().find(|(c, h, _)| *c == class && h.drill == hold.drill);
+            let ended = match before {
+                Some((_, h, ended)) if *h == hold => *ended,
+                _ => {
+                    let active = hold.active_at(now);
+                    tracing::info!(drill = %hold.drill, %class, ms = hold.ms, until_unix_ms = hold.until_unix_ms, active,
+                        "drill hold applied: each admitted request of the class waits before it is forwarded");
+                    !active
+                }
+            };
+            known.push((class, hold, ended));
+        }
+        self.known = known;
+    }
+
+    /// Log each hold whose deadline has passed, once.
+    fn tick(&mut self, now: u64) {
+        for (class, hold, ended) in &mut self.known {
+            if !*ended && !hold.active_at(now) {
+                *ended = true;
+                tracing::info!(drill = %hold.drill, %class, "drill hold ended: its deadline (untilUnixMs) passed");
+            }
         }
     }
 }

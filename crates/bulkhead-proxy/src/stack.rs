@@ -6,7 +6,7 @@
 //! | [`Counted`] | counts the request on its connection (idle and stall timers) until its body ends; watches a body the client stops reading | [`CountedBody`], [`Watched`] |
 //! | [`Screen`] | refuses what must not be forwarded or classified (the 400s), drops untrusted class headers | — |
 //! | [`Admission`] | the admission crate's tower Layer: classify, admit or refuse (503), hold the slot until the body ends | [`PermitBody`] |
-//! | [`ToUpstream`] | forwards the admitted request as [`Admitted`] names it | [`ProxyBody`] |
+//! | [`ToUpstream`] | forwards the admitted request as [`Admitted`] names it (after a drill's hold, `held`) | [`ProxyBody`] |
 //!
 //! so every response of the proxy has one type, [`ResponseBody`].
 
@@ -34,6 +34,7 @@ use super::{
     activity::Activity,
     counted::{Counted, CountedBody},
     forward::{Forward, ForwardFuture, ProxyBody},
+    held,
     refusal::Refusal,
     screen::Screen,
     stall::Watched,
@@ -78,7 +79,11 @@ impl Service<Request<Incoming>> for ToUpstream {
 
     fn call(&mut self, mut req: Request<Incoming>) -> ForwardFuture {
         match req.extensions_mut().remove::<Admitted>() {
-            Some(admitted) => self.forward.call(req, &self.peer, &admitted.class, admitted.max_duration),
+            Some(mut admitted) => match admitted.hold.take() {
+                None => self.forward.call(req, &self.peer, &admitted.class, admitted.max_duration),
+                // A drill's fault on the class: held, slot taken, then forwarded.
+                Some(hold) => held::forward_after(Arc::clone(&self.forward), req, self.peer.clone(), admitted, hold),
+            },
             // Only Admission calls this, and it always says the class; never forward without one.
             None => ForwardFuture::refused(Refusal::Admission(Reason::Unclassified), is_grpc(&req)),
         }

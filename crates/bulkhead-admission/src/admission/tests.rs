@@ -1,7 +1,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::*;
-use crate::pool_config::{PoolClass, Scope};
+use crate::pool_config::{Hold, PoolClass, Scope};
 
 /// The README's worked pool: 200 in all, floors 40/30/10/5, 115 shared, so
 /// ceilings 155/145/125/120.
@@ -326,4 +326,64 @@ async fn tasks_with_random_hold_times_never_exceed_any_limit() {
     let refused: u64 = s.classes.iter().map(|c| c.rejected_ceiling + c.rejected_surplus_exhausted).sum();
     assert!(admitted > 2_000 && refused > 100, "saturated: {admitted} admitted, {refused} refused");
     assert!(s.classes.iter().all(|c| c.in_use() == 0));
+}
+
+fn with_hold(ms: u64, until_unix_ms: u64) -> PoolConfig {
+    let mut config = example();
+    config.classes[2].hold = Some(Hold { drill: "drill-1".into(), ms, until_unix_ms });
+    config
+}
+
+#[test]
+fn the_permit_reports_a_hold_only_while_it_is_in_force() {
+    let now = now_unix_ms();
+    // No hold: nothing to report, and nothing to hold with.
+    let pool = Pool::new(example(), Unclassified::Reject).expect("valid");
+    let plain = pool.admit(Some(b"reports")).expect("room");
+    assert_eq!((plain.hold(), plain.drill_hold()), (None, None));
+
+    // In force: ms, on that class only.
+    let pool = Pool::new(with_hold(1_500, now + 60_000), Unclassified::Reject).expect("valid");
+    let held = pool.admit(Some(b"reports")).expect("room");
+    assert_eq!(held.hold(), Some(Duration::from_millis(1_500)));
+    assert_eq!(held.drill_hold().map(|h| h.duration()), Some(Duration::from_millis(1_500)));
+    assert_eq!(pool.admit(Some(b"search")).expect("room").hold(), None, "only the drilled class");
+
+    // Near its end: cut short by untilUnixMs (it is read at admission; allow for the clock moving).
+    let pool = Pool::new(with_hold(600_000, now + 2_000), Unclassified::Reject).expect("valid");
+    let hold = pool.admit(Some(b"reports")).expect("room").hold().expect("in force");
+    assert!(hold <= Duration::from_millis(2_000) && hold > Duration::from_millis(1_000), "{hold:?}");
+
+    // Past its end (the operator stopped before lifting it): nothing is held.
+    let pool = Pool::new(with_hold(1_500, now.saturating_sub(1)), Unclassified::Reject).expect("valid");
+    assert_eq!(pool.admit(Some(b"reports")).expect("room").hold(), None);
+
+    // A reload that lifts it: new permits are not held.
+    let pool = Pool::new(with_hold(1_500, now + 60_000), Unclassified::Reject).expect("valid");
+    pool.apply(example()).expect("valid");
+    assert_eq!(pool.admit(Some(b"reports")).expect("room").hold(), None);
+}
+
+#[tokio::test]
+async fn a_held_request_is_counted_while_held_and_sees_a_reload_lift_the_hold() {
+    let pool = Pool::new(with_hold(30_000, now_unix_ms() + 60_000), Unclassified::Reject).expect("valid");
+    let permits = take(&pool, "reports", 3);
+    let mut held: Vec<Held> = permits.iter().map(|p| p.drill_hold().expect("held").begin()).collect();
+    let class = |pool: &Pool| pool.snapshot().class("reports").map(|c| (c.held, c.held_total));
+    assert_eq!((pool.held(), class(&pool)), (3, Some((3, 3))));
+    assert!(held[0].remaining().is_some_and(|r| r <= Duration::from_secs(30)));
+    drop(held.pop());
+    assert_eq!((pool.held(), class(&pool)), (2, Some((2, 3))), "the gauge falls, the counter stays");
+
+    // A reload that keeps the hold wakes the held requests; they find it still in force.
+    pool.apply(with_hold(30_000, now_unix_ms() + 60_000)).expect("valid");
+    tokio::time::timeout(Duration::from_secs(1), held[0].reloaded()).await.expect("woken");
+    assert!(held[0].remaining().is_some());
+    // One that lifts it: woken, and nothing remains.
+    pool.apply(example()).expect("valid");
+    tokio::time::timeout(Duration::from_secs(1), held[1].reloaded()).await.expect("woken");
+    assert_eq!(held[1].remaining(), None);
+    drop(held);
+    assert_eq!(pool.held(), 0);
+    drop(permits);
 }
