@@ -81,7 +81,7 @@ pub struct DrillLoad {
     #[schemars(range(min = 1, max = 200))]
     pub rate: Option<u32>,
     /// Requests of the drilled class kept in flight, over all pods (1 to 256). Default: its
-    /// ceiling on every pod, plus 2, so that it reaches the ceiling and sees rejections.
+    /// ceiling on every pod, plus 1, so that it reaches the ceiling and sees rejections.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 256))]
     pub saturate: Option<u32>,

@@ -27,7 +27,7 @@ const MAX_SAMPLES: usize = 400_000;
 const PACED_WORKERS: u32 = 4;
 /// A saturating worker whose request came back at once (rejected) waits
 /// this long before the next, so a rejection does not become a busy loop.
-const AFTER_FAST: Duration = Duration::from_millis(100);
+const AFTER_FAST: Duration = Duration::from_millis(250);
 
 pub(super) struct Load {
     started: Instant,

@@ -123,7 +123,7 @@ pub fn settings(
         MAX_TIMEOUT,
     )?;
     let pods = u32::try_from(pods).unwrap_or(u32::MAX);
-    let saturate = load.saturate.unwrap_or_else(|| capacity.ceiling_per_replica.saturating_mul(pods).saturating_add(2));
+    let saturate = load.saturate.unwrap_or_else(|| capacity.ceiling_per_replica.saturating_mul(pods).saturating_add(1));
     Ok(DrillSettings {
         bulkhead: name.clone(),
         class: spec.class.clone(),
