@@ -1035,7 +1035,10 @@ async fn a_drill_tells_a_leaky_app_from_an_isolated_one_and_lifts_its_fault() {
     let leaky = run_drill_example(cp, &client, "leaky.yaml", "drill-leaky-payments", "drill-leaky").await;
     let status = drill_status(&client, "drill-leaky-payments").await;
     assert_eq!(leaky, "Leak", "{status:?}");
-    assert!(status.message.as_deref().is_some_and(|m| m.contains("search moved") || m.contains("search")), "{status:?}");
+    assert!(
+        status.message.as_deref().is_some_and(|m| m.contains("search moved") || m.contains("search")),
+        "{status:?}"
+    );
     cp.kubectl(&["delete", "namespace", "drill-leaky", "--wait=false"]);
     cp.kubectl(&["delete", "bulkhead", "drill-leaky", "--timeout=60s"]);
 
@@ -1091,7 +1094,10 @@ async fn a_drill_tells_a_leaky_app_from_an_isolated_one_and_lifts_its_fault() {
         pods_enforce(&client, "drill-isolated", &plain).await.then_some(())
     })
     .await;
-    println!("leader killed mid-drill: aborted and every pod off the fault {:.2} s later", killed.elapsed().as_secs_f64());
+    println!(
+        "leader killed mid-drill: aborted and every pod off the fault {:.2} s later",
+        killed.elapsed().as_secs_f64()
+    );
 
     // A critical class is never drilled: refused, the field named.
     cp.apply_yaml(&long("drill-critical", "control-plane"));
@@ -1100,7 +1106,10 @@ async fn a_drill_tells_a_leaky_app_from_an_isolated_one_and_lifts_its_fault() {
         (s.phase.as_deref() == Some("Refused")).then_some(s)
     })
     .await;
-    assert!(refused.message.as_deref().is_some_and(|m| m.starts_with("spec.class:") && m.contains("critical")), "{refused:?}");
+    assert!(
+        refused.message.as_deref().is_some_and(|m| m.starts_with("spec.class:") && m.contains("critical")),
+        "{refused:?}"
+    );
 
     cp.kubectl(&["delete", "bulkheaddrills", "--all", "--wait=false"]);
     cp.kubectl(&["delete", "namespace", "drill-isolated", "--wait=false"]);

@@ -8,6 +8,7 @@ mod artifacts;
 mod audit;
 mod audit_incremental;
 mod check_corpus;
+mod drill;
 mod endpoint_slices;
 mod enforcement;
 mod injection;

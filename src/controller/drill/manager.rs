@@ -70,8 +70,8 @@ async fn manage(ctx: Arc<Context>) {
                         let task = tokio::spawn(runner::run(ctx.clone(), Arc::new(drill.clone())));
                         runners.insert(name, (drill.spec.bulkhead.clone(), task));
                     }
-                    Decision::Interrupted => report(&ctx, &name, interrupted(&drill)).await,
-                    Decision::Busy(other) => report(&ctx, &name, busy(&drill, &other)).await,
+                    Decision::Interrupted => report(&ctx.client, &name, interrupted(&drill)).await,
+                    Decision::Busy(other) => report(&ctx.client, &name, busy(&drill, &other)).await,
                 }
             }
             Ok(watcher::Event::Delete(drill)) => {
@@ -88,8 +88,8 @@ async fn manage(ctx: Arc<Context>) {
     }
 }
 
-async fn report(ctx: &Context, name: &str, status: crate::crd::BulkheadDrillStatus) {
-    if let Err(e) = runner::write(ctx, name, &status).await {
+pub(super) async fn report(client: &kube::Client, name: &str, status: crate::crd::BulkheadDrillStatus) {
+    if let Err(e) = runner::write(client, name, &status).await {
         warn!(drill = %name, error = %e, "could not report on the drill");
     }
 }

@@ -66,7 +66,7 @@ pub(super) async fn run(ctx: Arc<Context>, drill: Arc<BulkheadDrill>) {
     status.completion_time = Some(now());
     status.conditions = vec![complete(&verdict, &message)];
     info!(drill = %name, %verdict, %message, "drill complete");
-    if let Err(e) = write(&ctx, &name, &status).await {
+    if let Err(e) = write(&ctx.client, &name, &status).await {
         warn!(drill = %name, error = %e, "could not write the drill's verdict");
     }
     ctx.drills.notify();
@@ -111,7 +111,7 @@ async fn drive(
         }
         if status.message.as_deref() != Some(waiting.as_str()) {
             status.message = Some(format!("waiting: {waiting}"));
-            write(ctx, &name, status).await.map_err(Abort)?;
+            write(&ctx.client, &name, status).await.map_err(Abort)?;
             status.message = Some(waiting);
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
@@ -126,7 +126,7 @@ async fn drive(
         settings.load.measured.len() + 1,
         settings.baseline.as_secs()
     ));
-    write(ctx, &name, status).await.map_err(Abort)?;
+    write(&ctx.client, &name, status).await.map_err(Abort)?;
     info!(drill = %name, bulkhead = %settings.bulkhead, class = %settings.class, pods = pods.len(), "drill started");
 
     let ips: Vec<IpAddr> = pods.iter().map(|(ip, _)| *ip).collect();
@@ -152,7 +152,7 @@ async fn drive(
     status.phase = Some(drill_phase::HOLDING.into());
     status.fault_config_hash = Some(hash.clone());
     status.message = Some(format!("placing the fault (pool config {hash}) on {} pod(s)", pods.len()));
-    write(ctx, &name, status).await.map_err(Abort)?;
+    write(&ctx.client, &name, status).await.map_err(Abort)?;
     wait_converged(ctx, &settings.bulkhead, &hash, CONVERGE)
         .await
         .map_err(|why| Abort(format!("the pods did not enforce the fault within {}s: {why}", CONVERGE.as_secs())))?;
@@ -161,7 +161,7 @@ async fn drive(
     status.fault_time = Some(now());
     status.message =
         Some(format!("holding {} for {}s; measuring the others", settings.class, settings.duration.as_secs()));
-    write(ctx, &name, status).await.map_err(Abort)?;
+    write(&ctx.client, &name, status).await.map_err(Abort)?;
 
     // Measure, watching for harm and for the ground moving.
     let mut held_peak = 0u32;
@@ -196,7 +196,7 @@ async fn drive(
     status.phase = Some(drill_phase::LIFTING.into());
     status.held_peak = Some(held_peak);
     status.message = Some("lifting the fault".into());
-    write(ctx, &name, status).await.map_err(Abort)?;
+    write(&ctx.client, &name, status).await.map_err(Abort)?;
     let lifted = confirm_lifted(ctx, &settings.bulkhead).await;
     let samples = load.finish();
     let recording = Recording { classes: vec_classes(&settings), drilled: 0, samples, baseline, during };
@@ -336,7 +336,7 @@ async fn refuse(ctx: &Context, name: &str, status: &mut BulkheadDrillStatus, mes
     status.message = Some(message.clone());
     status.completion_time = Some(now());
     status.conditions = vec![condition("False", "Refused", &message)];
-    if let Err(e) = write(ctx, name, status).await {
+    if let Err(e) = write(&ctx.client, name, status).await {
         warn!(drill = %name, error = %e, "could not report the refusal");
     }
 }
@@ -389,8 +389,8 @@ fn condition(status: &str, reason: &str, message: &str) -> Condition {
     }
 }
 
-pub(super) async fn write(ctx: &Context, name: &str, status: &BulkheadDrillStatus) -> Result<(), String> {
-    let api: Api<BulkheadDrill> = Api::all(ctx.client.clone());
+pub(super) async fn write(client: &kube::Client, name: &str, status: &BulkheadDrillStatus) -> Result<(), String> {
+    let api: Api<BulkheadDrill> = Api::all(client.clone());
     api.patch_status(name, &PatchParams::default(), &Patch::Merge(&json!({ "status": status })))
         .await
         .map(|_| ())
