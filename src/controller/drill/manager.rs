@@ -3,7 +3,10 @@
 //! found mid-way with no runner here is reported aborted (the operator
 //! restarted), and a deleted drill's runner is stopped, which lifts its fault.
 
-use std::{collections::HashMap, sync::Arc};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
 
 use futures::StreamExt;
 use kube::{
@@ -30,11 +33,16 @@ pub(super) enum Decision {
     Busy(String),
 }
 
-/// `running`: the drills this process runs, with their Bulkheads.
-pub(super) fn decide(drill: &BulkheadDrill, running: &HashMap<String, String>) -> Decision {
+/// `running`: the drills this process runs, with their Bulkheads; `ran`:
+/// every drill this process started (an event about one that ended here can
+/// still arrive with its last phase but one: it was not interrupted).
+pub(super) fn decide(drill: &BulkheadDrill, running: &HashMap<String, String>, ran: &HashSet<String>) -> Decision {
     let name = drill.name_any();
     let phase = drill.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or(drill_phase::PENDING);
-    if matches!(phase, drill_phase::COMPLETE | drill_phase::REFUSED) || running.contains_key(&name) {
+    if matches!(phase, drill_phase::COMPLETE | drill_phase::REFUSED)
+        || running.contains_key(&name)
+        || ran.contains(&name)
+    {
         return Decision::Nothing;
     }
     if phase != drill_phase::PENDING {
@@ -57,6 +65,7 @@ async fn manage(ctx: Arc<Context>) {
     let events = reflector::reflector(writer, watcher(api, watcher::Config::default()).default_backoff());
     let mut events = std::pin::pin!(events);
     let mut runners: HashMap<String, (String, JoinHandle<()>)> = HashMap::new();
+    let mut ran: HashSet<String> = HashSet::new();
     while let Some(event) = events.next().await {
         runners.retain(|_, (_, task)| !task.is_finished());
         match event {
@@ -64,10 +73,11 @@ async fn manage(ctx: Arc<Context>) {
                 let running: HashMap<String, String> =
                     runners.iter().map(|(n, (b, _))| (n.clone(), b.clone())).collect();
                 let name = drill.name_any();
-                match decide(&drill, &running) {
+                match decide(&drill, &running, &ran) {
                     Decision::Nothing => {}
                     Decision::Start => {
                         let task = tokio::spawn(runner::run(ctx.clone(), Arc::new(drill.clone())));
+                        ran.insert(name.clone());
                         runners.insert(name, (drill.spec.bulkhead.clone(), task));
                     }
                     Decision::Interrupted => report(&ctx.client, &name, interrupted(&drill)).await,
@@ -79,6 +89,7 @@ async fn manage(ctx: Arc<Context>) {
                 if let Some((_, task)) = runners.remove(&name) {
                     task.abort();
                 }
+                ran.remove(&name);
                 ctx.drills.lift(&name);
             }
             Ok(watcher::Event::Init | watcher::Event::InitDone) => {}

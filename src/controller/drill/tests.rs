@@ -3,7 +3,11 @@
 //! drill an operator restart interrupted, and a runner that refuses a drill
 //! of the critical lane after one read of its Bulkhead.
 
-use std::{collections::HashMap, sync::Arc, time::Duration};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+    time::Duration,
+};
 
 use http::{Request, Response};
 use kube::{client::Body, runtime::events::Reporter, Client};
@@ -51,20 +55,24 @@ fn drill(name: &str, phase: Option<&str>) -> BulkheadDrill {
 #[test]
 fn the_watch_starts_refuses_and_reports_interrupted_drills() {
     let none = HashMap::new();
-    assert_eq!(decide(&drill("d", None), &none), Decision::Start);
-    assert_eq!(decide(&drill("d", Some("Pending")), &none), Decision::Start);
+    let ran = HashSet::new();
+    assert_eq!(decide(&drill("d", None), &none, &ran), Decision::Start);
+    assert_eq!(decide(&drill("d", Some("Pending")), &none, &ran), Decision::Start);
     for done in ["Complete", "Refused"] {
-        assert_eq!(decide(&drill("d", Some(done)), &none), Decision::Nothing);
+        assert_eq!(decide(&drill("d", Some(done)), &none, &ran), Decision::Nothing);
     }
     // An operator restarted mid-drill: nothing here runs it, and its measurements are gone.
     for mid in ["Baseline", "Holding", "Lifting"] {
-        assert_eq!(decide(&drill("d", Some(mid)), &none), Decision::Interrupted, "{mid}");
+        assert_eq!(decide(&drill("d", Some(mid)), &none, &ran), Decision::Interrupted, "{mid}");
     }
     let running = HashMap::from([("d".to_string(), "shop".to_string())]);
-    assert_eq!(decide(&drill("d", Some("Holding")), &running), Decision::Nothing, "its own runner");
-    assert_eq!(decide(&drill("e", None), &running), Decision::Busy("d".into()), "one drill per Bulkhead");
+    assert_eq!(decide(&drill("d", Some("Holding")), &running, &ran), Decision::Nothing, "its own runner");
+    assert_eq!(decide(&drill("e", None), &running, &ran), Decision::Busy("d".into()), "one drill per Bulkhead");
     let other = HashMap::from([("d".to_string(), "elsewhere".to_string())]);
-    assert_eq!(decide(&drill("e", None), &other), Decision::Start);
+    assert_eq!(decide(&drill("e", None), &other, &ran), Decision::Start);
+    // A drill that ended here, seen again with its last phase but one: not interrupted.
+    let ended = HashSet::from(["d".to_string()]);
+    assert_eq!(decide(&drill("d", Some("Lifting")), &none, &ended), Decision::Nothing);
 }
 
 /// Serve `client`'s requests with `answer` until `work` ends; the requests seen.
