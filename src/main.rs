@@ -11,7 +11,10 @@ use bulkhead::{
         advise_exit, advise_text, check_report, evaluate_all, load_files, plan_report, AdviseFormat, Input,
         OutputFormat, EXIT_INVALID_INPUT, EXIT_NO_TELEMETRY,
     },
-    plan::{default_proxy_security_context, parse_security_context, PlanConfig},
+    plan::{
+        default_proxy_security_context, parse_security_context, ImageAllowList, OptIn, PlanConfig,
+        DEFAULT_NAMESPACE_OPT_IN, DEFAULT_NODE_OPT_IN,
+    },
     prometheus::{ClientOptions, PrometheusClient},
     shard::Calculation,
 };
@@ -230,6 +233,21 @@ struct ConfigArgs {
     /// image). Without it such a Bulkhead gets no sidecar (ProxyInjected False, NoProxyImage).
     #[arg(long, env = "BULKHEAD_PROXY_IMAGE", value_name = "IMAGE")]
     proxy_image: Option<String>,
+    /// Images a Bulkhead may name in spec.workload.proxy.image besides --proxy-image,
+    /// comma-separated; an entry ending in * is a prefix (registry.example/bulkhead:*). Without
+    /// it only --proxy-image is allowed: any other gets ProxyInjected False, ImageNotAllowed, and
+    /// no sidecar.
+    #[arg(long, value_name = "IMAGES", value_parser = ImageAllowList::parse)]
+    proxy_image_allow: Option<ImageAllowList>,
+    /// Write in a namespace (pool config, sidecars, placement, quotas, NetworkPolicy) only when it
+    /// carries this label; "none" or "" for any namespace. Elsewhere nothing is written or
+    /// deleted, and Ready is False, NamespaceNotOptedIn.
+    #[arg(long, value_name = "LABEL=VALUE", default_value = DEFAULT_NAMESPACE_OPT_IN, value_parser = namespace_opt_in)]
+    namespace_opt_in: Requirement,
+    /// Claim (label and taint) a node for a node group only when it carries this label; "none" or
+    /// "" for any node the group's selector matches.
+    #[arg(long, value_name = "LABEL=VALUE", default_value = DEFAULT_NODE_OPT_IN, value_parser = node_opt_in)]
+    node_opt_in: Requirement,
     /// securityContext of the injected proxy container, as JSON (default: restricted, user
     /// 65532; on OpenShift give it without runAsUser).
     #[arg(long, value_name = "JSON", value_parser = parse_security_context)]
@@ -241,12 +259,27 @@ impl From<ConfigArgs> for Config {
         Config {
             plan: PlanConfig {
                 proxy_image: a.proxy_image,
+                proxy_image_allow: a.proxy_image_allow.unwrap_or_default(),
+                namespace_opt_in: a.namespace_opt_in.0,
+                node_opt_in: a.node_opt_in.0,
                 proxy_security_context: a.proxy_security_context.unwrap_or_else(default_proxy_security_context),
                 fault: None,
             },
             audit: AuditConfig { sandbox_handlers: a.sandbox_handlers, host_label: a.host_label },
         }
     }
+}
+
+/// An opt-in label (`--namespace-opt-in`, `--node-opt-in`), or none required.
+#[derive(Clone)]
+struct Requirement(Option<OptIn>);
+
+fn namespace_opt_in(s: &str) -> Result<Requirement, String> {
+    OptIn::parse(s).map(Requirement)
+}
+
+fn node_opt_in(s: &str) -> Result<Requirement, String> {
+    OptIn::parse_for_nodes(s).map(Requirement)
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]

@@ -82,6 +82,27 @@ impl std::fmt::Display for Change {
     }
 }
 
+impl Change {
+    /// The namespace the change writes in; None for cluster-scoped objects
+    /// (nodes, PriorityClasses).
+    pub fn namespace(&self) -> Option<&str> {
+        match self {
+            Change::ApplyPriorityClass(_) | Change::DeletePriorityClass(_) | Change::Node(_) => None,
+            Change::PlaceWorkload(p) => Some(&p.key.namespace),
+            Change::InjectProxy(p) => Some(&p.key.namespace),
+            Change::WithdrawWorkload(_, key)
+            | Change::WithdrawProxy(_, key)
+            | Change::DeleteNetworkPolicy(key)
+            | Change::DeleteConfigMap(key)
+            | Change::DeleteQuota(key) => Some(&key.namespace),
+            Change::StampPods { pods, .. } => pods.first().map(|k| k.namespace.as_str()),
+            Change::ApplyConfigMap(cm) => cm.metadata.namespace.as_deref(),
+            Change::ApplyNetworkPolicy(np) => np.metadata.namespace.as_deref(),
+            Change::ApplyQuota(rq) => rq.metadata.namespace.as_deref(),
+        }
+    }
+}
+
 /// What happens to the pool config already written when the plan has none.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WithheldConfig {
@@ -104,7 +125,16 @@ impl WithheldConfig {
 
 /// Changes that bring the children of Bulkhead `name` in line with `plan`.
 /// An invalid plan changes nothing: the last good objects stay in force.
+/// Nothing is written or deleted in a namespace without the opt-in label
+/// (`Plan::namespace_opt_in`): what was written there before stays as it is.
 pub fn changes(name: &str, plan: &Plan, snapshot: &Snapshot, withheld: WithheldConfig) -> Vec<Change> {
+    let mut out = planned_changes(name, plan, snapshot, withheld);
+    let opt_in = plan.namespace_opt_in.as_ref();
+    out.retain(|c| c.namespace().is_none_or(|ns| super::namespace_opted_in(opt_in, snapshot, ns)));
+    out
+}
+
+fn planned_changes(name: &str, plan: &Plan, snapshot: &Snapshot, withheld: WithheldConfig) -> Vec<Change> {
     if !plan.is_valid() {
         return Vec::new();
     }

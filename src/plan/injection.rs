@@ -6,12 +6,12 @@
 
 use serde_json::{json, Value};
 
-use super::PlanConfig;
 use super::{
     bypass::{bypasses, INGRESS_PORT_NAME},
     placement::{fingerprint, with_annotation},
     propagation::{selected_pods, stamps, SelectedPod},
 };
+use super::{PlanConfig, RefusedImage};
 use crate::{
     crd::{ProxyMode, ProxySpec},
     proxy::{
@@ -110,6 +110,10 @@ pub struct ProxyPlan {
     /// Requested, but neither the Bulkhead nor the operator names an image:
     /// sidecars are left as they are.
     pub no_image: bool,
+    /// Requested, but the Bulkhead names an image the operator does not
+    /// allow (`--proxy-image-allow`): nothing is injected, sidecars are left
+    /// as they are.
+    pub image_refused: Option<RefusedImage>,
     pub injections: Vec<ProxyInjection>,
     /// Workloads carrying this Bulkhead's sidecar that should not any more.
     pub withdrawals: Vec<(WorkloadKind, ObjectKey)>,
@@ -145,6 +149,12 @@ pub(super) fn plan_proxy(
     let name = selection.name();
     let workload = selection.bulkhead.spec.workload.as_ref();
     let proxy = workload.and_then(|w| w.proxy.as_ref());
+    // An image the operator does not allow is never injected, whatever else
+    // holds: checked first, so the status names it even while the config is
+    // withheld.
+    if let Some(refused) = proxy.and_then(|p| p.image.as_deref()).and_then(|image| config.refused_image(image)) {
+        return ProxyPlan { requested: true, image_refused: Some(refused), ..ProxyPlan::default() };
+    }
     if proxy.is_some() && config_map.is_none() {
         // The pool config is withheld (unfunded, say): leave every sidecar as
         // it is rather than pull them out over a transient problem.
@@ -219,6 +229,7 @@ pub(super) fn plan_proxy(
         requested: proxy.is_some(),
         withheld: false,
         no_image: false,
+        image_refused: None,
         injections,
         withdrawals,
         yielded,

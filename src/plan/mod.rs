@@ -14,6 +14,7 @@ mod priority;
 mod propagation;
 mod quantity;
 mod quotas;
+mod scope;
 mod shard;
 mod validate;
 
@@ -32,7 +33,7 @@ pub use injection::{
     ProxyPlan, PROXY_CONFIG_DIR, PROXY_CONTAINER, PROXY_VOLUME,
 };
 pub use network_policy::{network_policy_name, NetworkPolicyPlan};
-pub use nodes::{claim_key, merge_taints, ClassNodes, NodeChange, NodeGroupPlan, CLAIM_EFFECT};
+pub use nodes::{claim_key, merge_taints, ClassNodes, NodeChange, NodeGroupPlan, CLAIM_EFFECT, NODE_OPT_IN_KEY};
 pub use placement::{
     placement_manager, placement_marker, withdrawal_body, AmbiguousWorkload, PlacementPlan, WorkloadPlacement,
     YieldedWorkload,
@@ -41,6 +42,9 @@ pub use priority::{places_workloads, priority_class_name};
 pub use propagation::{Enforcer, SelectedPod};
 pub use quantity::nano_units;
 pub use quotas::{quota_name, QuotaCollision};
+pub use scope::{
+    namespace_opted_in, ImageAllowList, NotOptedIn, OptIn, RefusedImage, DEFAULT_NAMESPACE_OPT_IN, DEFAULT_NODE_OPT_IN,
+};
 pub use shard::ShardPlan;
 pub use validate::validate;
 
@@ -85,6 +89,13 @@ pub struct Plan {
     pub pods_read: bool,
     /// The NetworkPolicy in front of the sidecars (spec.workload.proxy.networkPolicy).
     pub network_policy: NetworkPolicyPlan,
+    /// Namespaces the plan would write in that lack the opt-in label, with
+    /// what it held back in each: nothing is written or deleted there.
+    pub not_opted_in: Vec<NotOptedIn>,
+    /// The label a namespace must carry before anything is written there
+    /// (`--namespace-opt-in`; None: any namespace). `changes` drops every
+    /// write in a namespace without it, deletions included.
+    pub namespace_opt_in: Option<OptIn>,
 }
 
 /// What the planner needs from the operator's own configuration.
@@ -94,6 +105,19 @@ pub struct PlanConfig {
     /// operator was given none (`--proxy-image`), and a Bulkhead that names
     /// none gets no sidecar: no image is published to fall back on.
     pub proxy_image: Option<String>,
+    /// Images a Bulkhead may name in spec.workload.proxy.image besides
+    /// `proxy_image` (`--proxy-image-allow`); any other is refused
+    /// (`ProxyInjected=False ImageNotAllowed`) and nothing is injected.
+    pub proxy_image_allow: ImageAllowList,
+    /// The label a namespace must carry before the operator injects, places,
+    /// writes quotas, pool configs or NetworkPolicies there
+    /// (`--namespace-opt-in`). None: any namespace, the library's default;
+    /// the binary's is `bulkhead.dev/enabled=true`.
+    pub namespace_opt_in: Option<OptIn>,
+    /// The label a node must carry before a node group claims it
+    /// (`--node-opt-in`). None: any node, the library's default; the
+    /// binary's is `bulkhead.dev/claimable=true`.
+    pub node_opt_in: Option<OptIn>,
     /// securityContext of the injected container (`--proxy-security-context`).
     pub proxy_security_context: serde_json::Value,
     /// A running drill's fault on this Bulkhead (set per reconcile, never operator-wide).
@@ -114,7 +138,14 @@ pub struct DrillFault {
 
 impl Default for PlanConfig {
     fn default() -> Self {
-        Self { proxy_image: None, proxy_security_context: default_proxy_security_context(), fault: None }
+        Self {
+            proxy_image: None,
+            proxy_image_allow: ImageAllowList::default(),
+            namespace_opt_in: None,
+            node_opt_in: None,
+            proxy_security_context: default_proxy_security_context(),
+            fault: None,
+        }
     }
 }
 
@@ -136,11 +167,28 @@ pub fn plan(selection: &Selection<'_>, snapshot: &Snapshot, config: &PlanConfig)
     let (capacity, ceiling_errors) = plan_capacity(&bulkhead.spec, workload.as_ref().map(|w| w.replicas));
     errors.extend(ceiling_errors);
 
+    // Namespaces without the opt-in label get nothing: what would go there is
+    // left out of the plan and named in `not_opted_in`.
+    let opt_in = config.namespace_opt_in.as_ref();
+    let admits = |namespace: &str| namespace_opted_in(opt_in, snapshot, namespace);
+    let mut held = scope::HeldBack::default();
+
     let places = places_workloads(&bulkhead.spec);
     let (mut quotas, quota_collisions) = quotas::plan_quotas(selection, snapshot, places);
-    let node_groups = plan_node_groups(selection, snapshot);
+    if !errors.is_empty() {
+        quotas.clear();
+    }
+    quotas.retain(|q| {
+        let namespace = q.metadata.namespace.as_deref().unwrap_or_default();
+        let admitted = admits(namespace);
+        if !admitted {
+            held.add(namespace, format!("ResourceQuota {}", q.metadata.name.as_deref().unwrap_or_default()));
+        }
+        admitted
+    });
+    let node_groups = plan_node_groups(selection, snapshot, config.node_opt_in.as_ref());
     let shards = shard::plan_shards(selection, snapshot);
-    let placement = places.then(|| plan_placement(selection, snapshot, shards.as_ref()));
+    let placement = places.then(|| plan_placement(selection, snapshot, shards.as_ref(), &admits));
     let priority_classes = if places { priority_classes(bulkhead) } else { Vec::new() };
     let mut config_map = None;
     let mut pool_config = None;
@@ -153,14 +201,24 @@ pub fn plan(selection: &Selection<'_>, snapshot: &Snapshot, config: &PlanConfig)
             config_withheld = Some("the design is not funded".to_string());
         } else if !namespace_ok {
             config_withheld = Some(format!("namespace {} does not exist or is terminating", w.namespace));
+        } else if !admits(&w.namespace) {
+            let label = opt_in.map(ToString::to_string).unwrap_or_default();
+            config_withheld = Some(format!("namespace {} has not opted in (label {label})", w.namespace));
+            held.add(&w.namespace, "the pool config");
+            if let Some(proxy) = bulkhead.spec.workload.as_ref().and_then(|w| w.proxy.as_ref()) {
+                held.add(&w.namespace, "the sidecars");
+                if proxy.network_policy.is_some() {
+                    held.add(&w.namespace, "the NetworkPolicy");
+                }
+            }
         } else {
             let config = config_map::pool_config(bulkhead, &capacity, config.fault.as_ref());
             config_map = Some(config_map::config_map(bulkhead, &w.namespace, &config));
             pool_config = Some(config);
         }
     }
-    if !errors.is_empty() {
-        quotas.clear();
+    for (namespace, workload) in placement.iter().flat_map(|p| &p.not_opted_in) {
+        held.add(namespace, format!("placement of {workload}"));
     }
     let mounted = config_map.as_ref().and_then(|cm| {
         let name = cm.metadata.name.as_deref()?;
@@ -187,6 +245,8 @@ pub fn plan(selection: &Selection<'_>, snapshot: &Snapshot, config: &PlanConfig)
         proxy,
         pods_read,
         network_policy,
+        not_opted_in: held.into_vec(),
+        namespace_opt_in: config.namespace_opt_in.clone(),
     }
 }
 

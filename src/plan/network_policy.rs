@@ -55,9 +55,9 @@ pub(super) fn plan_network_policy(bulkhead: &Bulkhead, proxy_plan: &ProxyPlan) -
     if proxy.network_policy.is_none() || proxy.mode != ProxyMode::Ingress {
         return NetworkPolicyPlan::default();
     }
-    if proxy_plan.withheld || proxy_plan.no_image {
+    if proxy_plan.withheld || proxy_plan.no_image || proxy_plan.image_refused.is_some() {
         // Never a policy in front of pods that were never given a sidecar.
-        let why = "the sidecars are left as they are (pool config withheld or no proxy image)";
+        let why = "the sidecars are left as they are (pool config withheld, no proxy image or an image not allowed)";
         return NetworkPolicyPlan { policy: None, keep: true, withheld: Some(why.into()) };
     }
     if let Some((held, by)) = proxy_plan.yielded.first() {

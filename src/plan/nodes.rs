@@ -3,9 +3,16 @@
 //! with the same key), so they survive restarts and the choice is stable:
 //! a claim is kept while its node is fit, a lost or unfit node is replaced,
 //! and a node held by another class or Bulkhead is never taken.
+//!
+//! With a node opt-in (`--node-opt-in`, `bulkhead.dev/claimable=true` by
+//! default) only nodes carrying that label are claimed. A claim made before
+//! the node lost it (or before the operator required it) is kept while it is
+//! intact and the node fit, but never repaired: nothing is written to a node
+//! without the label except to release a claim.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::{scope::opted_in, OptIn};
 use crate::{
     crd::{NodeGroupSpec, BULKHEAD_LABEL, CLASS_LABEL},
     select::{members, Matcher, Selection},
@@ -30,6 +37,9 @@ pub struct ClassNodes {
     pub nodes: Vec<String>,
     /// Why fewer than `wanted` could be held, when they could not.
     pub shortfall: Option<String>,
+    /// Nodes of `nodes` without the node opt-in label: claimed before it was
+    /// required (or before it was removed), kept, never claimed again once released.
+    pub kept_without_opt_in: Vec<String>,
 }
 
 /// A write to one node: its claim label and our taint set (Some) or removed (None).
@@ -96,8 +106,29 @@ fn claimed_by(node: &NodeInfo) -> impl Iterator<Item = &str> {
 }
 
 /// Keys under the claim prefix that are not claims: the labels on the
-/// operator's children. Bulkheads of these names cannot place workloads.
-pub(super) const RESERVED_KEYS: [&str; 2] = [BULKHEAD_LABEL, CLASS_LABEL];
+/// operator's children and the default node opt-in label. Bulkheads of these
+/// names cannot place workloads.
+pub(super) const RESERVED_KEYS: [&str; 3] = [BULKHEAD_LABEL, CLASS_LABEL, NODE_OPT_IN_KEY];
+
+/// The key of `DEFAULT_NODE_OPT_IN` (a test holds the two together).
+pub const NODE_OPT_IN_KEY: &str = "bulkhead.dev/claimable";
+
+impl OptIn {
+    /// As `parse`, for nodes: a key under `bulkhead.dev/` other than
+    /// `NODE_OPT_IN_KEY` would read as a Bulkhead's claim.
+    pub fn parse_for_nodes(s: &str) -> Result<Option<OptIn>, String> {
+        let parsed = Self::parse(s)?;
+        if let Some(o) = &parsed {
+            if o.key.starts_with(CLAIM_PREFIX) && o.key != NODE_OPT_IN_KEY {
+                return Err(format!(
+                    "{s:?}: keys under {CLAIM_PREFIX} are the Bulkheads' node claims; use {NODE_OPT_IN_KEY} or a key \
+                     of your own"
+                ));
+            }
+        }
+        Ok(parsed)
+    }
+}
 
 /// Taints that keep pods off which no Bulkhead's claim put there (a newer
 /// Bulkhead's claim gives way; an older one's was dealt with before).
@@ -108,7 +139,12 @@ fn foreign_repelling_taint<'a>(node: &'a NodeInfo, key: &str) -> Option<&'a Tain
         .find(|t| t.key != key && !is_claim(&t.key) && matches!(t.effect.as_str(), "NoSchedule" | "NoExecute"))
 }
 
-pub(super) fn plan_node_groups(selection: &Selection<'_>, snapshot: &Snapshot) -> NodeGroupPlan {
+/// `opt_in`: the label a node must carry to be claimed (None: any node).
+pub(super) fn plan_node_groups(
+    selection: &Selection<'_>,
+    snapshot: &Snapshot,
+    opt_in: Option<&OptIn>,
+) -> NodeGroupPlan {
     let name = selection.name();
     let key = claim_key(name);
     let groups: Vec<(usize, &str, &NodeGroupSpec, &Matcher)> = selection
@@ -122,12 +158,15 @@ pub(super) fn plan_node_groups(selection: &Selection<'_>, snapshot: &Snapshot) -
     // A NoExecute taint evicts them, so the node no longer serves the class.
     // Where two Bulkheads claim one node (both wrote before seeing the
     // other, or the older took it), the older keeps it and the newer lets go.
+    // A node without the opt-in label keeps a claim only while it is intact:
+    // repairing it would be a write to that node.
     let outranked_on = |node: &NodeInfo| claimed_by(node).any(|b| b != name && snapshot.seniority.outranks(b, name));
-    let keeps = |node: &NodeInfo, matcher: &Matcher| {
+    let keeps = |node: &NodeInfo, matcher: &Matcher, class: &str| {
         node.schedulable
             && matcher.matches(&node.labels)
             && !node.taints.iter().any(|t| t.key != key && t.effect == "NoExecute")
             && !outranked_on(node)
+            && (opted_in(opt_in, &node.labels) || node_change(node, &key, Some(class)).is_none())
     };
 
     // Keep every claim that is still fit, up to the count.
@@ -137,7 +176,7 @@ pub(super) fn plan_node_groups(selection: &Selection<'_>, snapshot: &Snapshot) -
         let mine: Vec<&str> = snapshot
             .nodes
             .values()
-            .filter(|n| n.labels.label(&key) == Some(*class) && keeps(n, matcher))
+            .filter(|n| n.labels.label(&key) == Some(*class) && keeps(n, matcher, class))
             .map(|n| n.name.as_str())
             .take(group.count as usize)
             .collect();
@@ -180,7 +219,9 @@ pub(super) fn plan_node_groups(selection: &Selection<'_>, snapshot: &Snapshot) -
             }
             let older: Vec<&str> =
                 claimed_by(node).filter(|b| *b != name && snapshot.seniority.outranks(b, name)).collect();
-            if !older.is_empty() {
+            if !opted_in(opt_in, &node.labels) {
+                skipped.not_opted_in.insert(node.name.clone());
+            } else if !older.is_empty() {
                 skipped.other_bulkheads.extend(older.into_iter().map(str::to_string));
             } else if node.labels.label(&key).is_some() || node.taints.iter().any(|t| t.key == key) {
                 // Ours but unfit, or held for a class that is gone: released below, not reused at once.
@@ -195,12 +236,19 @@ pub(super) fn plan_node_groups(selection: &Selection<'_>, snapshot: &Snapshot) -
             }
         }
         nodes.sort_unstable();
-        let shortfall = (nodes.len() < group.count as usize).then(|| skipped.describe(class, *i, group.count, &nodes));
+        let shortfall =
+            (nodes.len() < group.count as usize).then(|| skipped.describe(class, *i, group.count, &nodes, opt_in));
+        let kept_without_opt_in = nodes
+            .iter()
+            .filter(|n| snapshot.nodes.get(**n).is_some_and(|node| !opted_in(opt_in, &node.labels)))
+            .map(|n| n.to_string())
+            .collect();
         classes.push(ClassNodes {
             class: class.to_string(),
             wanted: group.count,
             nodes: nodes.iter().map(|n| n.to_string()).collect(),
             shortfall,
+            kept_without_opt_in,
         });
     }
 
@@ -253,10 +301,14 @@ struct Skipped {
     other_bulkheads: BTreeSet<String>,
     unfit: BTreeSet<String>,
     tainted: BTreeSet<String>,
+    not_opted_in: BTreeSet<String>,
 }
 
+/// At most this many nodes are named per reason.
+const NAMED: usize = 10;
+
 impl Skipped {
-    fn describe(&self, class: &str, index: usize, wanted: u32, nodes: &[&str]) -> String {
+    fn describe(&self, class: &str, index: usize, wanted: u32, nodes: &[&str], opt_in: Option<&OptIn>) -> String {
         let mut why = Vec::new();
         if !self.other_classes.is_empty() {
             why.push(format!("held by class {}", join(&self.other_classes)));
@@ -269,6 +321,17 @@ impl Skipped {
         }
         if !self.tainted.is_empty() {
             why.push(format!("tainted by others: {}", join(&self.tainted)));
+        }
+        if let (false, Some(opt_in)) = (self.not_opted_in.is_empty(), opt_in) {
+            let named: Vec<&str> = self.not_opted_in.iter().take(NAMED).map(String::as_str).collect();
+            let more = self.not_opted_in.len() - named.len();
+            let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+            why.push(format!(
+                "not opted in ({} without the label {opt_in}): {}{more} (a cluster admin opts a node in with \
+                 kubectl label node NAME {opt_in})",
+                self.not_opted_in.len(),
+                named.join(", ")
+            ));
         }
         let held = if nodes.is_empty() { "none".to_string() } else { nodes.join(", ") };
         let passed = if why.is_empty() {

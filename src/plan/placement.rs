@@ -89,12 +89,16 @@ pub struct PlacementPlan {
     /// (class, RuntimeClass) pairs naming a RuntimeClass the cluster does not
     /// have: the API server rejects such pods.
     pub missing_runtime_classes: Vec<(String, String)>,
+    /// Workloads a class selects in namespaces that have not opted in, as
+    /// (namespace, `Deployment ns/name`): neither placed nor withdrawn.
+    pub not_opted_in: Vec<(String, String)>,
 }
 
 pub(super) fn plan_placement(
     selection: &Selection<'_>,
     snapshot: &Snapshot,
     shards: Option<&ShardPlan>,
+    admits: &dyn Fn(&str) -> bool,
 ) -> PlacementPlan {
     let name = selection.name().to_string();
     let key = claim_key(&name);
@@ -112,6 +116,7 @@ pub(super) fn plan_placement(
     // Which class each workload belongs to.
     let mut assigned: Vec<(&Workload, usize)> = Vec::new();
     let mut ambiguous = Vec::new();
+    let mut not_opted_in = Vec::new();
     for workload in snapshot.workloads.values() {
         let Some(ns) = snapshot.namespaces.get(&workload.namespace) else { continue };
         let labels = without_ours(&workload.template_labels, &key);
@@ -120,6 +125,11 @@ pub(super) fn plan_placement(
             .enumerate()
             .filter(|(_, m)| m.is_some_and(|m| m.namespaces.matches(&ns.labels) && m.pods.matches(&labels)));
         let Some((first, _)) = matching.next() else { continue };
+        if !admits(&workload.namespace) {
+            let described = format!("{} {}/{}", workload.kind.as_str(), workload.namespace, workload.name);
+            not_opted_in.push((workload.namespace.clone(), described));
+            continue;
+        }
         let others: Vec<usize> = matching.map(|(i, _)| i).collect();
         if others.is_empty() {
             assigned.push((workload, first));
@@ -172,12 +182,15 @@ pub(super) fn plan_placement(
             take_from: newer.into_iter().cloned().collect(),
         });
     }
-    // Placed before but no longer one class's (matched by none, or by two).
+    // Placed before but no longer one class's (matched by none, or by two);
+    // in a namespace that has not opted in, left as it is.
     let placed: BTreeSet<(WorkloadKind, &ObjectKey)> = workloads.iter().map(|p| (p.kind, &p.key)).collect();
     let withdrawals = snapshot
         .workloads
         .iter()
-        .filter(|((kind, key), w)| w.placed_by.contains_key(&name) && !placed.contains(&(*kind, key)))
+        .filter(|((kind, key), w)| {
+            w.placed_by.contains_key(&name) && !placed.contains(&(*kind, key)) && admits(&key.namespace)
+        })
         .map(|(k, _)| k.clone())
         .collect();
     let missing_runtime_classes = classes
@@ -185,7 +198,7 @@ pub(super) fn plan_placement(
         .filter_map(|c| c.runtime_class_name.as_ref().map(|rc| (c.name.clone(), rc.clone())))
         .filter(|(_, rc)| !snapshot.runtime_classes.contains_key(rc))
         .collect();
-    PlacementPlan { workloads, ambiguous, yielded, withdrawals, missing_runtime_classes }
+    PlacementPlan { workloads, ambiguous, yielded, withdrawals, missing_runtime_classes, not_opted_in }
 }
 
 /// Template labels without the class label placement added, so that a class

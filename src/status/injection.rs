@@ -24,6 +24,21 @@ pub(super) fn proxy_condition(plan: &Plan, outcome: &ApplyOutcome) -> Option<Des
             reason::INJECTION_REFUSED,
             format!("left alone, the API server refused the sidecar: {}", super::list(proxy_refused)),
         ),
+        _ if proxy.image_refused.is_some() => {
+            let refused = proxy.image_refused.as_ref().expect("checked");
+            let allowed = if refused.allowed.is_empty() { "none".to_string() } else { refused.allowed.join(", ") };
+            condition(
+                ConditionStatus::False,
+                reason::IMAGE_NOT_ALLOWED,
+                format!(
+                    "spec.workload.proxy.image {} is not an image the operator may inject (allowed: {allowed}); \
+                     leave the field out to use the operator's own image, or have the operator's admin add it to \
+                     --proxy-image-allow (the chart's proxy.allowedImages); nothing is injected, sidecars already \
+                     injected are left as they are",
+                    refused.image
+                ),
+            )
+        }
         _ if proxy.no_image => condition(
             ConditionStatus::False,
             reason::NO_PROXY_IMAGE,
@@ -45,6 +60,11 @@ pub(super) fn proxy_condition(plan: &Plan, outcome: &ApplyOutcome) -> Option<Des
                 ),
             )
         }
+        _ if proxy.withheld && workload_not_opted_in(plan) => condition(
+            ConditionStatus::False,
+            reason::NAMESPACE_NOT_OPTED_IN,
+            format!("no sidecar is injected: {}", super::not_opted_in_message(plan)),
+        ),
         _ if proxy.withheld => condition(
             ConditionStatus::False,
             reason::CONFIG_WITHHELD,
@@ -65,6 +85,11 @@ pub(super) fn proxy_condition(plan: &Plan, outcome: &ApplyOutcome) -> Option<Des
             )
         }
     })
+}
+
+/// Whether spec.workload's namespace lacks the opt-in label.
+fn workload_not_opted_in(plan: &Plan) -> bool {
+    plan.workload.as_ref().is_some_and(|w| plan.not_opted_in.iter().any(|n| n.namespace == w.namespace))
 }
 
 /// `Enforced` from the plan alone, present only when spec.workload.proxy asks

@@ -168,6 +168,14 @@ fn ready(plan: &Plan, outcome: &ApplyOutcome) -> DesiredCondition {
             "the pool config is not written until the design is funded (see Funded)",
         );
     }
+    if !plan.not_opted_in.is_empty() {
+        return DesiredCondition::new(
+            READY,
+            ConditionStatus::False,
+            reason::NAMESPACE_NOT_OPTED_IN,
+            not_opted_in_message(plan),
+        );
+    }
     if let Some(w) = &plan.workload {
         if let Some(why) = &plan.config_withheld {
             return DesiredCondition::new(
@@ -201,6 +209,25 @@ fn ready(plan: &Plan, outcome: &ApplyOutcome) -> DesiredCondition {
         ),
     };
     DesiredCondition::new(READY, ConditionStatus::True, reason::RECONCILED, message)
+}
+
+/// At most this many namespaces are named in a message.
+const NAMED_NAMESPACES: usize = 10;
+
+/// What was held back in which namespace, and the command that opts them in.
+pub(crate) fn not_opted_in_message(plan: &Plan) -> String {
+    let label = plan.namespace_opt_in.as_ref().map(ToString::to_string).unwrap_or_default();
+    let named: Vec<&crate::plan::NotOptedIn> = plan.not_opted_in.iter().take(NAMED_NAMESPACES).collect();
+    let listed: Vec<String> = named.iter().map(|n| format!("{} ({})", n.namespace, n.held.join(", "))).collect();
+    let more = plan.not_opted_in.len() - named.len();
+    let more = if more > 0 { format!(" and {more} more namespace(s)") } else { String::new() };
+    let names: Vec<&str> = named.iter().map(|n| n.namespace.as_str()).collect();
+    format!(
+        "nothing is written in namespaces without the label {label}: {}{more}; what was written there before is \
+         left as it is. A namespace admin opts in with: kubectl label namespace {} {label}",
+        listed.join("; "),
+        names.join(" ")
+    )
 }
 
 fn funded(plan: &Plan) -> DesiredCondition {

@@ -9,10 +9,13 @@ use super::{
 };
 use crate::plan::{NodeGroupPlan, PlacementPlan, Plan};
 
+/// At most this many workloads are named in a message.
+const NAMED: usize = 10;
+
 /// Both conditions, or none when no class asks for placement.
 pub(super) fn placement_conditions(plan: &Plan, outcome: &ApplyOutcome) -> Vec<DesiredCondition> {
     let Some(placement) = &plan.placement else { return Vec::new() };
-    vec![node_groups_ready(&plan.node_groups), placed(placement, outcome)]
+    vec![node_groups_ready(&plan.node_groups), placed(placement, outcome, plan)]
 }
 
 /// NodeGroupsReady: every group holds its count of nodes.
@@ -28,6 +31,15 @@ fn node_groups_ready(node_groups: &NodeGroupPlan) -> DesiredCondition {
         )
     } else if shortfalls.is_empty() {
         let held = groups.iter().map(|g| format!("{}: {}", g.class, g.nodes.join(", "))).collect::<Vec<_>>().join("; ");
+        let unopted: Vec<&str> = groups.iter().flat_map(|g| &g.kept_without_opt_in).map(String::as_str).collect();
+        let held = if unopted.is_empty() {
+            held
+        } else {
+            format!(
+                "{held}; kept without the node opt-in label, claimed before: {} (never claimed again once released)",
+                unopted.join(", ")
+            )
+        };
         DesiredCondition::new(NODE_GROUPS_READY, ConditionStatus::True, reason::NODES_CLAIMED, held)
     } else {
         DesiredCondition::new(
@@ -42,7 +54,7 @@ fn node_groups_ready(node_groups: &NodeGroupPlan) -> DesiredCondition {
 /// Placed: every class workload carries its placement, none is contested. The
 /// first reason that applies wins: an apply that stopped early, then the
 /// conditions table's `False` rows in their order.
-fn placed(placement: &PlacementPlan, outcome: &ApplyOutcome) -> DesiredCondition {
+fn placed(placement: &PlacementPlan, outcome: &ApplyOutcome, plan: &Plan) -> DesiredCondition {
     let (conflicts, rejected): (&[Refused], &[Refused]) = match outcome {
         ApplyOutcome::Applied { conflicts, rejected, .. } => (conflicts, rejected),
         _ => (&[], &[]),
@@ -72,6 +84,24 @@ fn placed(placement: &PlacementPlan, outcome: &ApplyOutcome) -> DesiredCondition
             ConditionStatus::False,
             reason::PLACEMENT_REJECTED,
             format!("the API server refused placement (retried every minute): {}", list(rejected)),
+        )
+    } else if !placement.not_opted_in.is_empty() {
+        let label = plan.namespace_opt_in.as_ref().map(ToString::to_string).unwrap_or_default();
+        let named: Vec<&str> = placement.not_opted_in.iter().take(NAMED).map(|(_, w)| w.as_str()).collect();
+        let more = placement.not_opted_in.len() - named.len();
+        let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+        let mut namespaces: Vec<&str> = placement.not_opted_in.iter().map(|(ns, _)| ns.as_str()).collect();
+        namespaces.dedup();
+        DesiredCondition::new(
+            PLACED,
+            ConditionStatus::False,
+            reason::NAMESPACE_NOT_OPTED_IN,
+            format!(
+                "left as they are, in namespaces without the label {label}: {}{more}; a namespace admin opts in \
+                 with: kubectl label namespace {} {label}",
+                named.join(", "),
+                namespaces.join(" ")
+            ),
         )
     } else if !placement.yielded.is_empty() {
         let detail = placement

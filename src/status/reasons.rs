@@ -154,6 +154,10 @@ pub mod reason {
     pub const PROXY_OF_OLDER_BULKHEAD: &str = "ProxyOfOlderBulkhead";
     /// Neither the Bulkhead nor the operator (`--proxy-image`) names the sidecar's image.
     pub const NO_PROXY_IMAGE: &str = "NoProxyImage";
+    /// spec.workload.proxy.image is neither the operator's own image nor on its allow-list (`--proxy-image-allow`).
+    pub const IMAGE_NOT_ALLOWED: &str = "ImageNotAllowed";
+    /// A namespace the Bulkhead would write in lacks the opt-in label (`--namespace-opt-in`).
+    pub const NAMESPACE_NOT_OPTED_IN: &str = "NamespaceNotOptedIn";
     /// A Service reaches the workload's pods on the app's own port, around the proxy.
     pub const BYPASSED: &str = "Bypassed";
     /// Not known yet which pool config the sidecars enforce (none asked yet,

@@ -750,7 +750,7 @@ fn the_injected_sidecars_security_context_is_a_value_and_openshift_can_leave_the
         let config = PlanConfig {
             proxy_image: Some("registry.example/bulkhead:test".into()),
             proxy_security_context: openshift,
-            fault: None,
+            ..PlanConfig::default()
         };
         let pod = injected_pod_with(&config);
         let sidecar = pod["containers"].as_array().expect("containers").last().expect("the sidecar").clone();

@@ -1,11 +1,11 @@
 //! Sidecar injection in the planner: the container a person would write, the
 //! rules of spec.workload.proxy, no re-apply at rest, exact withdrawal, and a
-//! withheld config or a missing image that leaves sidecars alone, and the
-//! operator's security context. No cluster.
+//! withheld config, a missing image or one the operator does not allow that
+//! leaves sidecars alone, and the operator's security context. No cluster.
 
 use bulkhead::{
     crd::Bulkhead,
-    plan::{changes, teardown, Change, Plan, PlanConfig, ProxyInjection},
+    plan::{changes, teardown, Change, ImageAllowList, Plan, PlanConfig, ProxyInjection},
     select::Selection,
     snapshot::Snapshot,
     status::{build_status, ApplyOutcome, PROXY_INJECTED},
@@ -295,12 +295,80 @@ fn without_an_image_from_the_operator_or_the_bulkhead_nothing_is_injected_and_th
     assert_eq!((condition.status.as_str(), condition.reason.as_str()), ("False", "NoProxyImage"));
     assert!(condition.message.contains("--proxy-image"), "{}", condition.message);
 
-    // The Bulkhead's own image is enough.
+    // The Bulkhead's own image is enough, when the operator allows it.
     let own = bulkhead("{mode: Ingress, port: 8081, upstreamPort: 8080, image: \"registry.example/own:1\"}", 200);
-    let p = bulkhead::plan::plan(&Selection::parse(&own), &snapshot, &no_image);
+    let allowing = PlanConfig { proxy_image_allow: ImageAllowList::new(["registry.example/own:1"]), ..no_image };
+    let p = bulkhead::plan::plan(&Selection::parse(&own), &snapshot, &allowing);
     assert_eq!(p.proxy.injections.len(), 1);
     let c = &p.proxy.injections[0].body["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(c["image"], "registry.example/own:1");
+}
+
+/// Whoever may write a Bulkhead must not be able to run an image of their
+/// choice in every workload it selects, with those workloads' service
+/// accounts and secrets: an image that is neither the operator's own nor on
+/// its allow-list is never injected. ProxyInjected names the field, the image
+/// and the flag; sidecars injected before are left as they are (as for
+/// NoProxyImage); the pool config is still written.
+#[test]
+fn an_image_outside_the_allow_list_is_never_injected_and_the_field_is_named() {
+    let config = PlanConfig {
+        proxy_image: Some("registry.example/bulkhead:1.0".into()),
+        proxy_image_allow: ImageAllowList::parse("registry.example/bulkhead:*").expect("valid"),
+        ..PlanConfig::default()
+    };
+    let with_image = |image: &str| {
+        bulkhead(
+            &format!("{{mode: Ingress, port: 8081, upstreamPort: 8080, image: \"{image}\", networkPolicy: {{}}}}"),
+            200,
+        )
+    };
+    let snapshot = shop(json!({}), plain_template());
+    let evil = with_image("attacker.example/miner:1");
+    let p = bulkhead::plan::plan(&Selection::parse(&evil), &snapshot, &config);
+    assert!(p.is_valid(), "{:?}", p.errors);
+    assert!(p.proxy.injections.is_empty() && p.proxy.image_refused.is_some());
+    assert!(p.network_policy.policy.is_none(), "no policy in front of pods without a sidecar");
+    let c = changes("shop", &p, &snapshot, bulkhead::plan::WithheldConfig::KeepLast);
+    assert!(!c.iter().any(|c| matches!(c, Change::InjectProxy(_) | Change::WithdrawProxy(..))), "{c:?}");
+    assert!(c.iter().any(|c| matches!(c, Change::ApplyConfigMap(_))), "the pool config is still written: {c:?}");
+    let now = Time(jiff::Timestamp::from_second(1_800_000_000).expect("time"));
+    let status = build_status(&evil, &p, None, &ApplyOutcome::NotApplied, None, &now);
+    let condition = status.conditions.iter().find(|c| c.type_ == PROXY_INJECTED).expect("ProxyInjected");
+    assert_eq!((condition.status.as_str(), condition.reason.as_str()), ("False", "ImageNotAllowed"));
+    for part in [
+        "spec.workload.proxy.image attacker.example/miner:1",
+        "--proxy-image-allow",
+        "allowed: registry.example/bulkhead:1.0, registry.example/bulkhead:*",
+    ] {
+        assert!(condition.message.contains(part), "{part}: {}", condition.message);
+    }
+
+    // Injected before (the operator's image): a new image outside the list
+    // neither replaces nor withdraws that sidecar.
+    let settled = after_injection(&plan(&bulkhead(INGRESS, 200), &snapshot).proxy.injections[0]);
+    let p = bulkhead::plan::plan(&Selection::parse(&evil), &settled, &config);
+    let c = changes("shop", &p, &settled, bulkhead::plan::WithheldConfig::KeepLast);
+    assert!(!c.iter().any(|c| matches!(c, Change::InjectProxy(_) | Change::WithdrawProxy(..))), "{c:?}");
+
+    // A prefix allows that repository's tags, not a repository that starts alike.
+    let image = |bh: &Bulkhead, config: &PlanConfig| {
+        let p = bulkhead::plan::plan(&Selection::parse(bh), &snapshot, config);
+        p.proxy.injections.first().map(|i| i.body["spec"]["template"]["spec"]["containers"][0]["image"].clone())
+    };
+    assert_eq!(
+        image(&with_image("registry.example/bulkhead:1.1"), &config),
+        Some(json!("registry.example/bulkhead:1.1"))
+    );
+    assert_eq!(image(&with_image("registry.example/bulkhead-evil:1.1"), &config), None);
+    // Without a list, only the operator's own image, named or not.
+    let own_only = PlanConfig { proxy_image_allow: ImageAllowList::default(), ..config };
+    assert_eq!(
+        image(&with_image("registry.example/bulkhead:1.0"), &own_only),
+        Some(json!("registry.example/bulkhead:1.0"))
+    );
+    assert_eq!(image(&with_image("registry.example/bulkhead:1.1"), &own_only), None);
+    assert_eq!(image(&bulkhead(INGRESS, 200), &own_only), Some(json!("registry.example/bulkhead:1.0")));
 }
 
 /// The operator's --proxy-security-context replaces the restricted default

@@ -15,6 +15,7 @@ mod injection;
 mod network_policy;
 mod placement;
 mod planner;
+mod scope;
 mod shard;
 mod sharding;
 mod sidecar_args;

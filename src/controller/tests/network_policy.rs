@@ -5,8 +5,12 @@
 use kube::core::DeserializeGuard;
 use serde_json::json;
 
-use super::{bulkhead, echo, not_found, run, shop, Seen};
-use crate::crd::{Bulkhead, FINALIZER};
+use super::{bulkhead, echo, not_found, run, run_configured, shop, Kept, Seen};
+use crate::{
+    crd::{Bulkhead, FINALIZER},
+    evaluate::Config,
+    plan::ImageAllowList,
+};
 
 fn guarded() -> Bulkhead {
     bulkhead(&format!(
@@ -19,11 +23,14 @@ fn guarded() -> Bulkhead {
 
 #[tokio::test]
 async fn the_policy_is_applied_after_the_sidecar_under_the_operators_manager() {
-    let (result, seen) = run(DeserializeGuard(Ok(guarded())), shop(), |s| match s.method.as_str() {
+    // The Bulkhead names its image: the operator must allow it.
+    let mut config = Config::default();
+    config.plan.proxy_image_allow = ImageAllowList::new(["registry.example/bulkhead:*"]);
+    let answer = |s: &Seen| match s.method.as_str() {
         "GET" => not_found(),
         _ => echo(s),
-    })
-    .await;
+    };
+    let (result, seen) = run_configured(DeserializeGuard(Ok(guarded())), shop(), answer, &Kept::fresh(), config).await;
     assert!(result.is_ok(), "{result:?}");
     let lines: Vec<String> = seen.iter().map(Seen::line).collect();
     let policy = "/apis/networking.k8s.io/v1/namespaces/shop/networkpolicies/bulkhead-pools";
