@@ -332,7 +332,7 @@ fn two_bulkheads_injecting_one_workload_are_told_apart_offline() {
             "---\napiVersion: bulkhead.dev/v1alpha1\nkind: Bulkhead\nmetadata: {{name: {name}, creationTimestamp: \"{created}\"}}\nspec:\n  dimension: Dependency\n  pool: {{resource: requests, capacity: 100}}\n  workload:\n    namespace: shop\n    selector: {{matchLabels: {{app: api}}}}\n    proxy: {{mode: Ingress, port: 8081, upstreamPort: 8080}}\n  classes:\n  - {{name: a, reserved: 10, critical: true}}\n  - {{name: b, reserved: 10}}\n"
         )
     };
-    let cluster = "apiVersion: v1\nkind: Namespace\nmetadata: {name: shop}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: api, namespace: shop}\nspec:\n  replicas: 1\n  selector: {matchLabels: {app: api}}\n  template:\n    metadata: {labels: {app: api}}\n    spec: {containers: [{name: app, image: x}]}\n";
+    let cluster = "apiVersion: v1\nkind: Namespace\nmetadata: {name: shop, labels: {bulkhead.dev/enabled: \"true\"}}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: api, namespace: shop}\nspec:\n  replicas: 1\n  selector: {matchLabels: {app: api}}\n  template:\n    metadata: {labels: {app: api}}\n    spec: {containers: [{name: app, image: x}]}\n";
     let text = format!("{cluster}{}{}", one("young", "2026-06-01T00:00:00Z"), one("old", "2026-01-01T00:00:00Z"));
     let f = dir.path().join("two.yaml");
     std::fs::write(&f, text).expect("write");
@@ -354,21 +354,22 @@ fn two_bulkheads_injecting_one_workload_are_told_apart_offline() {
 #[test]
 fn a_service_around_the_sidecar_fails_the_gate_naming_it() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let cluster = "apiVersion: v1\nkind: Namespace\nmetadata: {name: shop}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: api, namespace: shop}\nspec:\n  replicas: 1\n  selector: {matchLabels: {app: api}}\n  template:\n    metadata: {labels: {app: api}}\n    spec: {containers: [{name: app, image: x, ports: [{name: http, containerPort: 8080}]}]}\n";
-    let bulkhead = "---\napiVersion: bulkhead.dev/v1alpha1\nkind: Bulkhead\nmetadata: {name: api}\nspec:\n  dimension: Dependency\n  pool: {resource: requests, capacity: 100}\n  workload:\n    namespace: shop\n    selector: {matchLabels: {app: api}}\n    proxy: {mode: Ingress, port: 8081, upstreamPort: 8080, image: registry.example/bulkhead:1}\n  classes:\n  - {name: a, reserved: 10, critical: true}\n  - {name: b, reserved: 10}\n";
+    let cluster = "apiVersion: v1\nkind: Namespace\nmetadata: {name: shop, labels: {bulkhead.dev/enabled: \"true\"}}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: api, namespace: shop}\nspec:\n  replicas: 1\n  selector: {matchLabels: {app: api}}\n  template:\n    metadata: {labels: {app: api}}\n    spec: {containers: [{name: app, image: x, ports: [{name: http, containerPort: 8080}]}]}\n";
+    let bulkhead = "---\napiVersion: bulkhead.dev/v1alpha1\nkind: Bulkhead\nmetadata: {name: api}\nspec:\n  dimension: Dependency\n  pool: {resource: requests, capacity: 100}\n  workload:\n    namespace: shop\n    selector: {matchLabels: {app: api}}\n    proxy: {mode: Ingress, port: 8081, upstreamPort: 8080}\n  classes:\n  - {name: a, reserved: 10, critical: true}\n  - {name: b, reserved: 10}\n";
     let service = |target: &str| {
         format!("---\napiVersion: v1\nkind: Service\nmetadata: {{name: api, namespace: shop}}\nspec:\n  selector: {{app: api}}\n  ports: [{{port: 80, targetPort: {target}}}]\n")
     };
     let f = dir.path().join("bypass.yaml");
     std::fs::write(&f, format!("{cluster}{bulkhead}{}", service("http"))).expect("write");
-    let (code, _, err) = run(&["check", "-f", f.to_str().expect("path")], None);
+    let image = ["--proxy-image", "registry.example/bulkhead:1"];
+    let (code, _, err) = run(&[&["check", "-f", f.to_str().expect("path")][..], &image].concat(), None);
     assert_eq!(code, 1, "{err}");
     assert!(
         err.contains("api: Enforced False (Bypassed): Service shop/api port 80 sends to targetPort http, 8080"),
         "{err}"
     );
     std::fs::write(&f, format!("{cluster}{bulkhead}{}", service("8081"))).expect("write");
-    let (code, _, err) = run(&["check", "-f", f.to_str().expect("path")], None);
+    let (code, _, err) = run(&[&["check", "-f", f.to_str().expect("path")][..], &image].concat(), None);
     assert_eq!(code, 0, "{err}");
     assert!(!err.contains("Bypassed"), "{err}");
 }

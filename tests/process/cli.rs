@@ -175,7 +175,7 @@ fn plan_shows_node_claims_taints_and_workload_patches() {
     let nodes = dir.path().join("nodes.yaml");
     let node = |n: u32| {
         format!(
-            "apiVersion: v1\nkind: Node\nmetadata: {{name: n{n}, resourceVersion: \"1\", labels: {{pool: bulkhead-demo}}}}\nstatus: {{conditions: [{{type: Ready, status: \"True\"}}]}}\n"
+            "apiVersion: v1\nkind: Node\nmetadata: {{name: n{n}, resourceVersion: \"1\", labels: {{pool: bulkhead-demo, bulkhead.dev/claimable: \"true\"}}}}\nstatus: {{conditions: [{{type: Ready, status: \"True\"}}]}}\n"
         )
     };
     std::fs::write(&nodes, (1..=5).map(node).collect::<Vec<_>>().join("---\n")).expect("write");
