@@ -494,8 +494,13 @@ fn extra_args_a_disruption_budget_and_topology_spread_are_optional_values() {
     }
 }
 
+/// Reading Bulkheads is aggregated into view, edit and admin; writing them
+/// is a role of its own, `<fullname>-author`, folded into edit and admin only
+/// when asked (issue 44: whoever writes a Bulkhead makes the operator write
+/// into namespaces and onto nodes, so one ClusterRoleBinding to edit must not
+/// carry it).
 #[test]
-fn bulkheads_are_aggregated_into_the_view_edit_and_admin_roles() {
+fn writing_bulkheads_is_a_role_of_its_own_and_only_reading_is_aggregated() {
     let docs = render(3, &[]);
     let aggregated = |docs: &[Value], to: &str| -> Vec<serde_json::Value> {
         find(docs, "ClusterRole")
@@ -506,25 +511,89 @@ fn bulkheads_are_aggregated_into_the_view_edit_and_admin_roles() {
             .map(|r| serde_json::to_value(&r["rules"]).expect("json"))
             .collect()
     };
-    let view = aggregated(&docs, "view");
-    assert_eq!(
-        view,
-        [
-            serde_json::json!([{"apiGroups": ["bulkhead.dev"], "resources": ["bulkheads", "bulkheads/status", "bulkheaddrills", "bulkheaddrills/status"], "verbs": ["get", "list", "watch"]}])
-        ]
-    );
-    let edit = aggregated(&docs, "edit");
-    assert_eq!(edit.len(), 2, "view's rules and edit's own: {edit:?}");
-    assert!(edit
-        .contains(&serde_json::json!([{"apiGroups": ["bulkhead.dev"], "resources": ["bulkheads", "bulkheaddrills"],
-        "verbs": ["create", "update", "patch", "delete", "deletecollection"]}])));
-    assert_eq!(aggregated(&docs, "admin").len(), 2);
+    let read = serde_json::json!([{"apiGroups": ["bulkhead.dev"], "resources": ["bulkheads", "bulkheads/status", "bulkheaddrills", "bulkheaddrills/status"], "verbs": ["get", "list", "watch"]}]);
+    for role in ["view", "edit", "admin"] {
+        assert_eq!(aggregated(&docs, role), [read.clone()], "{role} gets reading only");
+    }
+    let author = find(&docs, "ClusterRole")
+        .into_iter()
+        .find(|r| r["metadata"]["name"].as_str().is_some_and(|n| n.ends_with("-author")))
+        .expect("the author role");
+    let write = serde_json::json!([
+        {"apiGroups": ["bulkhead.dev"], "resources": ["bulkheads", "bulkheaddrills"],
+         "verbs": ["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"]},
+        {"apiGroups": ["bulkhead.dev"], "resources": ["bulkheads/status", "bulkheaddrills/status"],
+         "verbs": ["get", "list", "watch"]}
+    ]);
+    assert_eq!(serde_json::to_value(&author["rules"]).expect("json"), write);
+    // No binding: the platform team binds it.
+    let bindings = serde_json::to_string(&find(&docs, "ClusterRoleBinding")).expect("json");
+    assert!(!bindings.contains("-author"), "{bindings}");
+
+    // rbac.aggregateToEdit folds it into edit and admin (what releases before did), never into view.
+    let folded = render(3, &["--set", "rbac.aggregateToEdit=true"]);
+    for role in ["edit", "admin"] {
+        let rules = aggregated(&folded, role);
+        assert!(rules.contains(&write) && rules.contains(&read), "{role}: {rules:?}");
+    }
+    assert_eq!(aggregated(&folded, "view"), [read.clone()]);
     // The status is the operator's alone.
-    assert!(!serde_json::to_string(&edit).expect("json").contains("bulkheads/status\"],\"verbs\":[\"create"));
-    let off = render(3, &["--set", "rbac.aggregateToView=false", "--set", "rbac.aggregateToEdit=false"]);
+    assert!(!serde_json::to_string(&write).expect("json").contains("bulkheads/status\"],\"verbs\":[\"create"));
+    let off = render(3, &["--set", "rbac.aggregateToView=false"]);
     assert!(aggregated(&off, "view").is_empty() && aggregated(&off, "edit").is_empty());
     let none = render(3, &["--set", "rbac.create=false"]);
     assert!(find(&none, "ClusterRole").is_empty());
+}
+
+/// A fresh install is scoped: only the chart's own image may be injected,
+/// only labelled namespaces and nodes are written; each value reaches its
+/// flag in a form the operator accepts, and a bad one is refused by the schema.
+#[test]
+fn the_image_allow_list_and_the_opt_ins_default_to_safe_and_reach_the_flags() {
+    use bulkhead::plan::{ImageAllowList, OptIn};
+    let flag = |args: &[String], name: &str| -> Option<String> {
+        args.iter().position(|a| a == name).map(|at| args[at + 1].clone())
+    };
+    for major in [3, 4] {
+        let args = operator_args(&render(major, &[]));
+        assert_eq!(flag(&args, "--proxy-image-allow"), None, "Helm {major}: only --proxy-image: {args:?}");
+        assert_eq!(flag(&args, "--namespace-opt-in").as_deref(), Some("bulkhead.dev/enabled=true"));
+        assert_eq!(flag(&args, "--node-opt-in").as_deref(), Some("bulkhead.dev/claimable=true"));
+    }
+    let args = operator_args(&render(
+        3,
+        &[
+            "--set",
+            "proxy.allowedImages={registry.example/bulkhead:*,mirror.example/proxy:1.0}",
+            "--set",
+            "optIn.namespaces=example.com/tenant=managed",
+            "--set",
+            "optIn.nodes=none",
+        ],
+    ));
+    let allow = flag(&args, "--proxy-image-allow").expect("--proxy-image-allow");
+    let list = ImageAllowList::parse(&allow).expect("the operator accepts it");
+    assert!(list.allows("registry.example/bulkhead:2.0") && list.allows("mirror.example/proxy:1.0"));
+    let ns = flag(&args, "--namespace-opt-in").expect("--namespace-opt-in");
+    assert_eq!(
+        OptIn::parse(&ns).expect("accepted").map(|o| o.to_string()).as_deref(),
+        Some("example.com/tenant=managed")
+    );
+    assert_eq!(OptIn::parse_for_nodes(&flag(&args, "--node-opt-in").expect("--node-opt-in")), Ok(None));
+    // Empty is none, too.
+    let args = operator_args(&render(3, &["--set", "optIn.namespaces="]));
+    assert_eq!(flag(&args, "--namespace-opt-in").as_deref(), Some("none"));
+    refused_by_schema(&[
+        "optIn.namespaces=enabled",
+        "optIn.nodes=bulkhead.dev/shop=checkout",
+        "optIn.node=none",
+        "proxy.allowedImages={registry.example/*/proxy}",
+        "proxy.allowedImages={a,b c}",
+    ]);
+    for flag in ["--proxy-image-allow=x", "--namespace-opt-in=none", "--node-opt-in=none"] {
+        let out = chart_support::helm_output(3, &["template", "--set", &format!("extraArgs={{{flag}}}")]);
+        assert!(!out.status.success(), "{flag} in extraArgs is refused");
+    }
 }
 
 #[test]
