@@ -147,6 +147,9 @@ async fn add_node(client: &Client, name: &str, labels: &[(&str, &str)]) {
     let mut all: BTreeMap<&str, &str> = labels.iter().copied().collect();
     all.insert("kubernetes.io/hostname", name);
     all.insert("test.bulkhead.dev/fake-node", "true");
+    // Opted in to be claimed, as the control plane's own nodes are (--node-opt-in).
+    let (opt_in, yes) = bulkhead_testkit::NODE_OPT_IN.split_once('=').expect("KEY=VALUE");
+    all.insert(opt_in, yes);
     let node: Node = serde_json::from_value(json!({
         "metadata": {"name": name, "labels": all},
         "status": {

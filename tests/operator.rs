@@ -692,3 +692,165 @@ async fn a_network_policy_admits_only_the_sidecars_ports_and_is_withdrawn_exactl
     .await;
     assert!(policies.get("theirs").await.is_ok(), "someone else's policy stays");
 }
+
+/// Issue 44, the confused deputy, against the real API server and the
+/// chart's RBAC: a Bulkhead that names a namespace without the opt-in label
+/// (the operator's default `--namespace-opt-in bulkhead.dev/enabled=true`)
+/// gets nothing written there (no pool config, no quota, no sidecar, no
+/// placement: the audit log shows no write by the operator in it) and Ready,
+/// ProxyInjected and Placed name the namespace and the label. Opted in,
+/// everything is written; the label removed again, what was written stays
+/// untouched even when the Bulkhead changes; deleting the Bulkhead still
+/// withdraws it.
+#[tokio::test]
+async fn a_namespace_that_has_not_opted_in_is_left_untouched_and_named() {
+    use bulkhead_testkit::NAMESPACE_OPT_IN;
+    let (cp, _) = started();
+    let client = cp.client().await;
+    let suffix = unique_suffix();
+    let ns = TestNamespace::not_opted_in("core-optin", &[("team", &suffix)]).await;
+    cp.apply_yaml(&deployment_yaml(&ns.name, "api", 1));
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    let generation = deployments.get("api").await.expect("api").metadata.generation;
+    let name = format!("optin-{suffix}");
+    let bulkhead = |reserved: u32| {
+        bulkhead_yaml(
+            &name,
+            "Dependency",
+            "{resource: connections, capacity: 100}",
+            &format!(
+                "  workload: {{namespace: {ns}, selector: {{matchLabels: {{app: api}}}}, proxy: {{port: 8081, upstreamPort: 8080}}}}\n  \
+                 classes:\n  \
+                 - {{name: checkout, reserved: {reserved}, priority: 10, pods: {{namespaceSelector: {{matchLabels: {{team: \"{suffix}\"}}}}, podSelector: {{matchLabels: {{app: api}}}}}}, quota: {{hard: {{pods: \"4\"}}}}}}\n  \
+                 - {{name: ops, reserved: 10, critical: true}}\n",
+                ns = ns.name
+            ),
+        )
+    };
+    let since = audit::now_rfc3339();
+    cp.apply_yaml(&bulkhead(40));
+
+    let (reason, message) = wait_condition(&client, &name, "Ready", "False").await;
+    assert_eq!(reason, "NamespaceNotOptedIn", "{message}");
+    assert!(message.contains(&format!("kubectl label namespace {} {NAMESPACE_OPT_IN}", ns.name)), "{message}");
+    for held in ["the pool config", "the sidecars", &format!("ResourceQuota bulkhead-{name}.checkout")] {
+        assert!(message.contains(held), "Ready names {held}: {message}");
+    }
+    let (reason, message) = wait_condition(&client, &name, "ProxyInjected", "False").await;
+    assert_eq!(reason, "NamespaceNotOptedIn", "{message}");
+    let (reason, message) = wait_condition(&client, &name, "Placed", "False").await;
+    assert_eq!(reason, "NamespaceNotOptedIn", "{message}");
+    assert!(message.contains(&format!("Deployment {}/api", ns.name)), "{message}");
+    // Nothing in the namespace: no object, no write request of any kind.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let in_ns = |since: &str| -> Vec<audit::Write> {
+        audit::writes_by(&cp.dir, bulkhead_testkit::operator::USER, since)
+            .into_iter()
+            .filter(|w| w.uri.contains(&format!("/namespaces/{}/", ns.name)))
+            .collect()
+    };
+    assert!(in_ns(&since).is_empty(), "the operator wrote in a namespace that has not opted in: {:#?}", in_ns(&since));
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    assert!(config_maps.get_opt(&format!("bulkhead-{name}")).await.expect("get").is_none());
+    let quotas: Api<ResourceQuota> = Api::namespaced(client.clone(), &ns.name);
+    assert!(quotas.list(&ListParams::default()).await.expect("quotas").items.is_empty());
+    let api = deployments.get("api").await.expect("api");
+    assert_eq!(api.metadata.generation, generation, "the Deployment is not re-templated");
+    let marked = api.metadata.annotations.unwrap_or_default();
+    assert!(marked.keys().all(|k| !k.contains("bulkhead.dev/")), "{marked:?}");
+
+    // Opted in: everything is written.
+    cp.kubectl(&["label", "namespace", &ns.name, NAMESPACE_OPT_IN]);
+    wait_condition(&client, &name, "Ready", "True").await;
+    wait_condition(&client, &name, "ProxyInjected", "True").await;
+    wait_condition(&client, &name, "Placed", "True").await;
+    let written = pool_config(&client, &ns.name, &name).await.expect("pool config written");
+    assert!(quotas.get_opt(&format!("bulkhead-{name}.checkout")).await.expect("get").is_some());
+    let sidecar = |d: &Deployment| {
+        d.spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .is_some_and(|s| s.containers.iter().any(|c| c.name == "bulkhead-proxy"))
+    };
+    assert!(sidecar(&deployments.get("api").await.expect("api")));
+
+    // The label removed, then the reservation changed: the old config, quota
+    // and sidecar stay as they were, and nothing is written there.
+    let (key, _) = NAMESPACE_OPT_IN.split_once('=').expect("KEY=VALUE");
+    cp.kubectl(&["label", "namespace", &ns.name, &format!("{key}-")]);
+    let since = audit::now_rfc3339();
+    cp.apply_yaml(&bulkhead(50));
+    let (reason, _) = wait_condition(&client, &name, "Ready", "False").await;
+    assert_eq!(reason, "NamespaceNotOptedIn");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(in_ns(&since).is_empty(), "written after the namespace left: {:#?}", in_ns(&since));
+    assert_eq!(
+        pool_config(&client, &ns.name, &name).await.expect("still there"),
+        written,
+        "the config stays as it was"
+    );
+    assert!(quotas.get_opt(&format!("bulkhead-{name}.checkout")).await.expect("get").is_some());
+    assert!(sidecar(&deployments.get("api").await.expect("api")));
+
+    // Deleting the Bulkhead withdraws its sidecar and placement all the same.
+    cp.kubectl(&["delete", "bulkhead", &name, "--timeout=30s"]);
+    let api = deployments.get("api").await.expect("api");
+    assert!(!sidecar(&api), "the sidecar is withdrawn on deletion");
+    let marked = api.metadata.annotations.unwrap_or_default();
+    assert!(marked.keys().all(|k| !k.contains("bulkhead.dev/")), "{marked:?}");
+}
+
+/// Issue 44: a node the Bulkhead's selector matches, but without the claim
+/// opt-in label (`--node-opt-in bulkhead.dev/claimable=true`), is never
+/// labelled or tainted, even as the only match; NodeGroupsReady says how many
+/// matching nodes lack the label. Opted in, it is claimed (so the first half
+/// could have failed); deleting the Bulkhead releases it.
+#[tokio::test]
+async fn a_node_without_the_claim_label_is_never_claimed() {
+    use bulkhead_testkit::NODE_OPT_IN;
+    let (cp, _) = started();
+    let client = cp.client().await;
+    let suffix = unique_suffix();
+    let node = format!("optin-{suffix}");
+    cp.add_node_opted(&node, "zone-0", &[("pool", &suffix)], false);
+    let name = format!("nodes-{suffix}");
+    let since = audit::now_rfc3339();
+    cp.apply_yaml(&bulkhead_yaml(
+        &name,
+        "Criticality",
+        "{resource: connections, capacity: 100}",
+        &format!(
+            "  classes:\n  \
+             - {{name: checkout, reserved: 40, pods: {{namespaceSelector: {{matchLabels: {{team: \"{suffix}\"}}}}, podSelector: {{matchLabels: {{app: checkout}}}}}}, nodes: {{selector: {{matchLabels: {{pool: \"{suffix}\"}}}}, count: 1}}}}\n  \
+             - {{name: admin, reserved: 10, critical: true}}\n"
+        ),
+    ));
+    let (reason, message) = wait_condition(&client, &name, "NodeGroupsReady", "False").await;
+    assert_eq!(reason, "InsufficientNodes", "{message}");
+    assert!(message.contains(&format!("not opted in (1 without the label {NODE_OPT_IN}): {node}")), "{message}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let key = format!("bulkhead.dev/{name}");
+    let marks = || async {
+        let n = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone()).get(&node).await.expect("node");
+        let label = n.metadata.labels.unwrap_or_default().get(&key).cloned();
+        let taint = n.spec.and_then(|s| s.taints).unwrap_or_default().into_iter().any(|t| t.key == key);
+        (label, taint)
+    };
+    assert_eq!(marks().await, (None, false), "the node is neither labelled nor tainted");
+    let node_writes: Vec<_> = audit::writes_by(&cp.dir, bulkhead_testkit::operator::USER, &since)
+        .into_iter()
+        .filter(|w| w.uri.contains(&format!("/nodes/{node}")))
+        .collect();
+    assert!(node_writes.is_empty(), "the operator wrote to a node that has not opted in: {node_writes:#?}");
+
+    // The cluster admin opts it in: claimed.
+    cp.kubectl(&["label", "node", &node, NODE_OPT_IN]);
+    wait_condition(&client, &name, "NodeGroupsReady", "True").await;
+    wait_for("the claim on the node", SETTLE, || async {
+        (marks().await == (Some("checkout".into()), true)).then_some(())
+    })
+    .await;
+    cp.kubectl(&["delete", "bulkhead", &name, "--timeout=30s"]);
+    assert_eq!(marks().await, (None, false), "released with the Bulkhead");
+    cp.kubectl(&["delete", "node", &node]);
+}

@@ -209,6 +209,16 @@ async fn an_upgrade_from_the_previous_chart_loses_nothing_rolls_out_nothing_and_
     let placed = Api::<Deployment>::namespaced(client.clone(), &ns.name).get("checkout").await.expect("checkout");
     assert!(placed.metadata.generation >= Some(2), "placement re-templated checkout before the upgrade");
     let before = settled_state(&client, &ns.name, &names).await;
+    // The previous chart folded writing Bulkheads into the built-in edit role.
+    let developer = format!("dev-{suffix}");
+    cp.kubectl(&[
+        "create",
+        "clusterrolebinding",
+        &format!("{developer}-edit"),
+        "--clusterrole=edit",
+        &format!("--user={developer}"),
+    ]);
+    wait_can_i(&developer, &["create", "bulkheads.bulkhead.dev"], "yes").await;
     assert!(before.keys().any(|k| k.starts_with("configmap/")), "{before:#?}");
     assert!(before.keys().any(|k| k.starts_with("priorityclass/")), "{before:#?}");
     assert!(before.keys().any(|k| k.starts_with("quota/")), "{before:#?}");
@@ -266,6 +276,7 @@ async fn an_upgrade_from_the_previous_chart_loses_nothing_rolls_out_nothing_and_
 
     // Least privilege, as the API server sees it.
     least_privilege_is_exact(cp);
+    writing_bulkheads_takes_the_author_role(&developer, &suffix).await;
 
     // helm uninstall: the operator goes, the CRD and every Bulkhead stay.
     assert!(after_upgrade.stop());
@@ -352,6 +363,73 @@ fn least_privilege_is_exact(cp: &ControlPlane) {
             .output()
             .expect("kubectl runs");
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "no", "{verb} secrets");
+    }
+}
+
+/// `kubectl auth can-i ARGS --as=USER` as cluster-admin: "yes" or "no".
+fn can_i(user: &str, args: &[&str]) -> String {
+    let cp = ControlPlane::get();
+    let out = Command::new(&cp.kubectl)
+        .arg("--kubeconfig")
+        .arg(&cp.kubeconfig)
+        .args(["auth", "can-i"])
+        .args(args)
+        .arg(format!("--as={user}"))
+        .output()
+        .expect("kubectl runs");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Wait until `can_i` answers `want` (the aggregation controller folds a
+/// ClusterRole into edit a moment after it changes).
+async fn wait_can_i(user: &str, args: &[&str], want: &str) {
+    wait_for(&format!("can-i {} as {user}: {want}", args.join(" ")), SETTLE, || async {
+        (can_i(user, args) == want).then_some(())
+    })
+    .await;
+}
+
+/// Issue 44: after the upgrade, the built-in edit role reads Bulkheads and
+/// BulkheadDrills but no longer writes them (its holder would make the
+/// operator write into namespaces and onto nodes); the chart's own
+/// `<fullname>-author` role does, and never their status.
+async fn writing_bulkheads_takes_the_author_role(developer: &str, suffix: &str) {
+    let cp = ControlPlane::get();
+    let roles =
+        cp.kubectl(&["get", "clusterrole", "-l", &format!("app.kubernetes.io/instance={RELEASE}"), "-o", "name"]);
+    let author = roles
+        .lines()
+        .filter_map(|l| l.rsplit('/').next())
+        .find(|r| r.ends_with("-author"))
+        .unwrap_or_else(|| panic!("no author ClusterRole: {roles}"))
+        .to_string();
+    assert!(!roles.lines().any(|l| l.ends_with("-edit")), "the previous edit role is gone: {roles}");
+    wait_can_i(developer, &["create", "bulkheads.bulkhead.dev"], "no").await;
+    for args in [["get", "bulkheads.bulkhead.dev"], ["list", "bulkheaddrills.bulkhead.dev"]] {
+        assert_eq!(can_i(developer, &args), "yes", "edit still reads: {args:?}");
+    }
+    for resource in ["bulkheads.bulkhead.dev", "bulkheaddrills.bulkhead.dev"] {
+        for verb in ["create", "patch", "delete"] {
+            assert_eq!(can_i(developer, &[verb, resource]), "no", "edit may not {verb} {resource}");
+        }
+    }
+    let platform = format!("platform-{suffix}");
+    cp.kubectl(&[
+        "create",
+        "clusterrolebinding",
+        &format!("{platform}-author"),
+        &format!("--clusterrole={author}"),
+        &format!("--user={platform}"),
+    ]);
+    wait_can_i(&platform, &["create", "bulkheads.bulkhead.dev"], "yes").await;
+    for resource in ["bulkheads.bulkhead.dev", "bulkheaddrills.bulkhead.dev"] {
+        for verb in ["create", "update", "patch", "delete", "get"] {
+            assert_eq!(can_i(&platform, &[verb, resource]), "yes", "the author may {verb} {resource}");
+        }
+        assert_eq!(can_i(&platform, &["patch", resource, "--subresource=status"]), "no", "{resource} status");
+    }
+    for binding in [format!("{developer}-edit"), format!("{platform}-author")] {
+        cp.kubectl(&["delete", "clusterrolebinding", &binding]);
     }
 }
 

@@ -96,7 +96,11 @@ impl ControlPlane {
             let kubeconfig = dir.join("admin.kubeconfig");
             assert!(kubeconfig.exists(), "control plane at {} has no admin.kubeconfig", dir.display());
             let kubectl = env_line(&dir, "BULKHEAD_KUBECTL");
-            ControlPlane { dir, kubeconfig, kubectl: PathBuf::from(kubectl) }
+            let cp = ControlPlane { dir, kubeconfig, kubectl: PathBuf::from(kubectl) };
+            // The cluster admin's opt-in: the operator claims no node without
+            // it (--node-opt-in). A test that needs a node left out removes it.
+            cp.kubectl(&["label", "nodes", "--all", NODE_OPT_IN, "--overwrite"]);
+            cp
         })
     }
 
@@ -165,8 +169,14 @@ impl ControlPlane {
         );
     }
 
-    /// Register one fake node with extra labels.
+    /// Register one fake node with extra labels, opted in to be claimed
+    /// (`NODE_OPT_IN`) as the control plane's own nodes are.
     pub fn add_node(&self, name: &str, zone: &str, labels: &[(&str, &str)]) {
+        self.add_node_opted(name, zone, labels, true);
+    }
+
+    /// Register one fake node with extra labels, opted in to be claimed or not.
+    pub fn add_node_opted(&self, name: &str, zone: &str, labels: &[(&str, &str)], opted_in: bool) {
         let status = Command::new(repo_root().join("tests/control-plane"))
             .args(["node", name, zone])
             .env("BULKHEAD_CP_DIR", &self.dir)
@@ -175,6 +185,9 @@ impl ControlPlane {
         assert!(status.success(), "could not register node {name}");
         for (k, v) in labels {
             self.kubectl(&["label", "node", name, &format!("{k}={v}"), "--overwrite"]);
+        }
+        if opted_in {
+            self.kubectl(&["label", "node", name, NODE_OPT_IN, "--overwrite"]);
         }
     }
 }
@@ -219,6 +232,12 @@ pub async fn client_for(kubeconfig: &Path) -> Client {
     Client::try_from(config).expect("client")
 }
 
+/// The label that opts a namespace in (the operator's default
+/// `--namespace-opt-in`), as `key=value`.
+pub const NAMESPACE_OPT_IN: &str = bulkhead::plan::DEFAULT_NAMESPACE_OPT_IN;
+/// The label that opts a node in to be claimed (the default `--node-opt-in`).
+pub const NODE_OPT_IN: &str = bulkhead::plan::DEFAULT_NODE_OPT_IN;
+
 /// A namespace for one test, deleted when the guard drops (also on panic).
 pub struct TestNamespace {
     pub name: String,
@@ -227,7 +246,18 @@ pub struct TestNamespace {
 }
 
 impl TestNamespace {
+    /// A namespace with these labels, opted in (`NAMESPACE_OPT_IN`): the
+    /// operator writes in no other.
     pub async fn new(prefix: &str, labels: &[(&str, &str)]) -> Self {
+        let (key, value) = NAMESPACE_OPT_IN.split_once('=').expect("KEY=VALUE");
+        let mut labels = labels.to_vec();
+        labels.push((key, value));
+        Self::not_opted_in(prefix, &labels).await
+    }
+
+    /// A namespace with exactly these labels: without `NAMESPACE_OPT_IN`, the
+    /// operator writes nothing there.
+    pub async fn not_opted_in(prefix: &str, labels: &[(&str, &str)]) -> Self {
         let cp = ControlPlane::get();
         let name = format!("{prefix}-{}", unique_suffix());
         let ns: Namespace = serde_json::from_value(serde_json::json!({
