@@ -126,7 +126,8 @@ fn the_chart_runs_the_operator_locked_down_with_least_privilege() {
             "pods",
             "priorityclasses",
             "resourcequotas",
-            "statefulsets"
+            "statefulsets",
+            "validatingwebhookconfigurations"
         ]
     );
 }
