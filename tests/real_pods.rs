@@ -32,6 +32,7 @@ use kube::{
     api::{Api, DeleteParams, ListParams},
     Client,
 };
+use serde_json::json;
 
 const RELEASE_NS: &str = "bulkhead";
 const ROLLOUT: Duration = Duration::from_secs(180);
@@ -357,7 +358,7 @@ async fn the_injected_proxy_enforces_the_pool_in_real_pods() {
     // config; scaling and a spec change reach the running pods within seconds
     // and never over-commit the pool; a bypass, a pod without the sidecar and
     // a sidecar that cannot take a new config each turn Enforced.
-    enforcement_you_can_see(cp, &client, &ns.name, &bh, &images).await;
+    enforcement_you_can_see(cp, &client, &ns.name, &bh, images).await;
 
     // c. The seed's verification: saturate `slow` and watch the others.
     let running = wait_ready(&client, &ns.name, "app=app", 2, ROLLOUT).await;
