@@ -95,6 +95,22 @@ fn the_webhook_fails_closed_only_where_match_conditions_scope_it() {
     let args = find(&docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
     assert!(args.contains("--admission-tls-dir") && !args.contains("--admission-secret"), "{args}");
     assert!(find(&docs, "Role").iter().all(|r| r["metadata"]["name"] != "bulkhead-webhook-tls"));
+    // The CEL policy: only where the server serves it, bound to every Bulkhead of this operator.
+    let vap = [
+        "--kube-version",
+        "1.30.0",
+        "--api-versions",
+        "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy",
+        "--set",
+        "admission.validatingAdmissionPolicy.enabled=true",
+    ];
+    let docs = render(3, &vap);
+    let policy = find(&docs, "ValidatingAdmissionPolicy")[0];
+    assert_eq!(policy["spec"]["paramKind"]["kind"], "Bulkhead");
+    let binding = find(&docs, "ValidatingAdmissionPolicyBinding")[0];
+    assert_eq!(binding["spec"]["paramRef"]["selector"]["matchExpressions"][0]["operator"], "DoesNotExist");
+    let out = chart_support::helm_output(3, &["template", "--kube-version", "1.20.2", "--set", "admission.validatingAdmissionPolicy.enabled=true"]);
+    assert!(!out.status.success(), "refused where the API is not served");
 }
 
 /// What the restricted profile of the Pod Security Standards forbids, checked
