@@ -67,6 +67,9 @@ enum Command {
         shutdown_grace: std::time::Duration,
         #[command(flatten)]
         usage: UsageArgs,
+        // Boxed: the webhook's flags made the variant the largest by far.
+        #[command(flatten)]
+        admission: Box<AdmissionArgs>,
         #[command(flatten)]
         config: ConfigArgs,
     },
@@ -179,6 +182,57 @@ enum Command {
     },
 }
 
+/// The admission webhook (isolation at admission), served by every replica.
+#[derive(clap::Args, Clone)]
+struct AdmissionArgs {
+    /// Serve the admission webhook (HTTPS) on HOST:PORT; without it, none is served and node
+    /// groups are only audited.
+    #[arg(long, value_name = "HOST:PORT")]
+    admission_listen: Option<SocketAddr>,
+    /// Read the webhook's tls.crt and tls.key from DIR (a cert-manager Secret, mounted; re-read
+    /// every minute). Without it, the operator makes a certificate once and keeps it in
+    /// --admission-secret.
+    #[arg(long, value_name = "DIR")]
+    admission_tls_dir: Option<PathBuf>,
+    /// The Secret (in $POD_NAMESPACE) that holds the certificate the operator made.
+    #[arg(long, value_name = "NAME", default_value = "bulkhead-webhook-tls")]
+    admission_secret: String,
+    /// The Service in front of the webhook: the certificate is made for NAME.$POD_NAMESPACE.svc.
+    #[arg(long, value_name = "NAME", default_value = "bulkhead-webhook")]
+    admission_service: String,
+    /// The ValidatingWebhookConfiguration whose caBundle the operator keeps (with a certificate it made).
+    #[arg(long, value_name = "NAME")]
+    admission_webhook: Option<String>,
+    /// Namespaces whose pods are not reviewed, comma-separated (node agents that tolerate every taint).
+    #[arg(long, value_name = "NS,...", default_value = "kube-system", value_delimiter = ',')]
+    admission_exempt_namespaces: Vec<String>,
+    /// The operator's own user (system:serviceaccount:NS:NAME): the only one allowed to change
+    /// the ConfigMaps and ResourceQuotas it owns.
+    #[arg(long, value_name = "USER")]
+    admission_operator_user: Option<String>,
+    /// The namespace of the Secret and the Service.
+    #[arg(long = "admission-namespace", env = "POD_NAMESPACE", default_value = "default", hide_env_values = true)]
+    admission_namespace: String,
+}
+
+impl AdmissionArgs {
+    fn options(self) -> Option<bulkhead::controller::AdmissionOptions> {
+        use bulkhead::controller::{AdmissionOptions, TlsSource};
+        let listen = self.admission_listen?;
+        let tls = match self.admission_tls_dir {
+            Some(dir) => TlsSource::Dir(dir),
+            None => TlsSource::SelfSigned {
+                namespace: self.admission_namespace,
+                secret: self.admission_secret,
+                service: self.admission_service,
+                webhook: self.admission_webhook,
+            },
+        };
+        let exempt_namespaces = self.admission_exempt_namespaces.into_iter().filter(|n| !n.is_empty()).collect();
+        Some(AdmissionOptions { listen, tls, exempt_namespaces, operator_user: self.admission_operator_user })
+    }
+}
+
 /// Where the proxies' telemetry is and how often to read it (the `Sized` condition).
 #[derive(clap::Args, Clone)]
 struct UsageArgs {
@@ -265,7 +319,7 @@ impl From<ConfigArgs> for Config {
                 proxy_security_context: a.proxy_security_context.unwrap_or_else(default_proxy_security_context),
                 fault: None,
             },
-            audit: AuditConfig { sandbox_handlers: a.sandbox_handlers, host_label: a.host_label },
+            audit: AuditConfig { sandbox_handlers: a.sandbox_handlers, host_label: a.host_label, admission: false },
         }
     }
 }
@@ -308,6 +362,7 @@ fn main() -> ExitCode {
             operator_name,
             shutdown_grace,
             usage,
+            admission,
             config,
         } => {
             init_tracing(log_format);
@@ -316,7 +371,7 @@ fn main() -> ExitCode {
                 None => "bulkhead-operator".to_string(),
             });
             let lease = leader_elect.then_some(bulkhead::controller::LeaseRef { namespace: lease_namespace, name });
-            match run(metrics_addr, lease, shutdown_grace, usage, config.into(), operator_name) {
+            match run(metrics_addr, lease, shutdown_grace, usage, admission, config.into(), operator_name) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!(error = %Chain(&*e), "controller stopped");
@@ -418,6 +473,7 @@ fn run(
     leader_election: Option<bulkhead::controller::LeaseRef>,
     shutdown_grace: std::time::Duration,
     usage: UsageArgs,
+    admission: Box<AdmissionArgs>,
     config: Config,
     operator_name: Option<String>,
 ) -> anyhow::Result<()> {
@@ -426,6 +482,10 @@ fn run(
         let usage = usage_options(usage)?;
         let client =
             bulkhead::controller::client().await.context("no Kubernetes credentials (KUBECONFIG or in-cluster)")?;
+        // Node groups are kept at admission only where the webhook is served.
+        let admission = admission.options();
+        let mut config = config;
+        config.audit.admission = admission.is_some();
         let options = bulkhead::controller::RunOptions {
             metrics_addr,
             instance: std::env::var("POD_NAME").ok(),
@@ -435,6 +495,7 @@ fn run(
             usage,
             enforcement: bulkhead::controller::EnforcementOptions::default(),
             operator_name,
+            admission,
         };
         bulkhead::controller::run(client, options).await?;
         anyhow::Ok(())

@@ -328,10 +328,15 @@ fn least_privilege_is_exact(cp: &ControlPlane) {
         ("endpointslices.discovery.k8s.io", "", "list watch"),
         ("horizontalpodautoscalers.autoscaling", "", "list watch"),
         ("runtimeclasses.node.k8s.io", "", "list watch"),
+        // The admission webhook's own configuration: its caBundle (admission.enabled).
+        ("validatingwebhookconfigurations.admissionregistration.k8s.io", "bulkhead", "get patch"),
     ];
     let lease: &[(&str, &str, &str)] = &[
         ("leases.coordination.k8s.io", "", "create"),
         ("leases.coordination.k8s.io", "bulkhead-operator", "get update patch"),
+        // The webhook's certificate, made once and read by every replica.
+        ("secrets", "", "create"),
+        ("secrets", "bulkhead-webhook-tls", "get"),
     ];
     let events: &[(&str, &str, &str)] = &[("events", "", "create patch"), ("events.events.k8s.io", "", "create patch")];
     let other = cp.kubectl(&["create", "namespace", &format!("ops-other-{}", unique_suffix()), "-o", "name"]);

@@ -32,6 +32,7 @@ use kube::{
     api::{Api, DeleteParams, ListParams},
     Client,
 };
+use serde_json::json;
 
 const RELEASE_NS: &str = "bulkhead";
 const ROLLOUT: Duration = Duration::from_secs(180);
@@ -357,7 +358,7 @@ async fn the_injected_proxy_enforces_the_pool_in_real_pods() {
     // config; scaling and a spec change reach the running pods within seconds
     // and never over-commit the pool; a bypass, a pod without the sidecar and
     // a sidecar that cannot take a new config each turn Enforced.
-    enforcement_you_can_see(cp, &client, &ns.name, &bh, &images).await;
+    enforcement_you_can_see(cp, &client, &ns.name, &bh, images).await;
 
     // c. The seed's verification: saturate `slow` and watch the others.
     let running = wait_ready(&client, &ns.name, "app=app", 2, ROLLOUT).await;
@@ -1115,4 +1116,180 @@ async fn a_drill_tells_a_leaky_app_from_an_isolated_one_and_lifts_its_fault() {
     cp.kubectl(&["delete", "namespace", "drill-isolated", "--wait=false"]);
     cp.kubectl(&["delete", "bulkhead", "drill-isolated", "--timeout=60s"]);
     wait_ready(&client, RELEASE_NS, "app.kubernetes.io/name=bulkhead", 2, ROLLOUT).await;
+}
+
+// --- g. isolation at admission -----------------------------------------------
+
+/// A pod in `ns` with `labels`, that tolerates and selects class `class`'s
+/// nodes of Bulkhead `bh` when `crossing`; plain otherwise.
+fn admission_pod(ns: &str, name: &str, image: &str, bh: &str, class: Option<&str>) -> Pod {
+    let mut spec = json!({
+        "terminationGracePeriodSeconds": 1,
+        "containers": [{"name": "app", "image": image, "imagePullPolicy": "Never"}],
+    });
+    if let Some(class) = class {
+        let key = format!("bulkhead.dev/{bh}");
+        spec["tolerations"] = json!([{"key": key, "operator": "Equal", "value": class, "effect": "NoSchedule"}]);
+        spec["nodeSelector"] = json!({ key: class });
+    }
+    serde_json::from_value(json!({"metadata": {"name": name, "namespace": ns, "labels": {"app": "adm"}}, "spec": spec}))
+        .expect("pod")
+}
+
+/// Milliseconds of `n` server-side dry-run creates of `pod` (admission runs, nothing is stored).
+async fn dry_run_creates(client: &Client, pod: &Pod, n: usize) -> Vec<f64> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), pod.metadata.namespace.as_deref().expect("ns"));
+    let params = kube::api::PostParams { dry_run: true, ..Default::default() };
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let mut p = pod.clone();
+        p.metadata.name = Some(format!("dry-{i}"));
+        let t = Instant::now();
+        api.create(&params, &p).await.expect("a dry-run create is admitted");
+        out.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    out.sort_by(f64::total_cmp);
+    out
+}
+
+fn p50_p99(sorted: &[f64]) -> (f64, f64) {
+    let at = |q: f64| sorted[((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len()) - 1];
+    (at(0.5), at(0.99))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_refuses_a_pod_that_crosses_into_another_classs_nodes() {
+    use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+    let _serial = SERIAL.lock().await;
+    let cp = cluster();
+    let client = cp.client().await;
+    let images = Images::get();
+    let suffix = unique_suffix();
+    let (team_a, team_b) = (format!("a{suffix}"), format!("b{suffix}"));
+    let ns_a = TestNamespace::new("rp-adm-a", &[("team", &team_a)]).await;
+    let ns_b = TestNamespace::new("rp-adm-b", &[("team", &team_b)]).await;
+    let bh = format!("rp-adm-{suffix}");
+    cp.apply_yaml(&format!(
+        r#"apiVersion: bulkhead.dev/v1alpha1
+kind: Bulkhead
+metadata: {{name: {bh}}}
+spec:
+  dimension: Tenant
+  layers: [Node]
+  pool: {{resource: connections, capacity: 20}}
+  classes:
+  - name: a
+    reserved: 8
+    pods: {{namespaceSelector: {{matchLabels: {{team: {team_a}}}}}, podSelector: {{matchLabels: {{app: adm}}}}}}
+    nodes: {{selector: {{matchLabels: {{test.bulkhead.dev/real-node: "true"}}}}, count: 1}}
+  - name: b
+    reserved: 8
+    pods: {{namespaceSelector: {{matchLabels: {{team: {team_b}}}}}, podSelector: {{matchLabels: {{app: adm}}}}}}
+  - {{name: ops, reserved: 2, critical: true}}
+"#
+    ));
+    let nodes: Api<Node> = Api::all(client.clone());
+    let key = format!("bulkhead.dev/{bh}");
+    let claimed = wait_for("a real node claimed for class a", Duration::from_secs(60), || async {
+        let list = nodes.list(&ListParams::default().labels(&format!("{key}=a"))).await.ok()?;
+        list.items.first().and_then(|n| n.metadata.name.clone())
+    })
+    .await;
+    let webhooks: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    wait_for("the operator wrote its CA into the webhook configuration", Duration::from_secs(90), || async {
+        let config = webhooks.get("bulkhead").await.ok()?;
+        config.webhooks?.iter().all(|w| w.client_config.ca_bundle.is_some()).then_some(())
+    })
+    .await;
+
+    // A pod of class b that tolerates and selects a's node is refused at create, the class named.
+    let crossing = admission_pod(&ns_b.name, "crosser", &images.app, &bh, Some("a"));
+    let pods_b: Api<Pod> = Api::namespaced(client.clone(), &ns_b.name);
+    let refused = wait_for("the crossing pod is refused (the webhook answers)", Duration::from_secs(60), || async {
+        match pods_b.create(&kube::api::PostParams::default(), &crossing).await {
+            Err(kube::Error::Api(e)) if e.code == 403 || e.code == 400 => Some(e.message),
+            Ok(_) => {
+                // Admitted: the webhook did not answer yet (failurePolicy Ignore). Try again.
+                let _ = pods_b.delete("crosser", &DeleteParams::default()).await;
+                None
+            }
+            Err(_) => None,
+        }
+    })
+    .await;
+    println!("refused: {refused}");
+    assert!(refused.contains(&format!("Bulkhead {bh}")) && refused.contains("class a"), "{refused}");
+    assert!(refused.contains("spec.tolerations[0]") && refused.contains(&format!("team={team_a}")), "{refused}");
+
+    // The same pod in class a's namespace is admitted, and runs on a's node.
+    let member = admission_pod(&ns_a.name, "member", &images.app, &bh, Some("a"));
+    Api::<Pod>::namespaced(client.clone(), &ns_a.name)
+        .create(&kube::api::PostParams::default(), &member)
+        .await
+        .expect("class a's own pod is admitted");
+    let running = wait_ready(&client, &ns_a.name, "app=adm", 1, ROLLOUT).await;
+    assert_eq!(node_of(&running[0]), claimed);
+
+    // What admission costs a pod create: dry runs (admission runs, nothing is stored).
+    let plain = admission_pod(&ns_b.name, "plain", &images.app, &bh, None);
+    let keyed = admission_pod(&ns_a.name, "keyed", &images.app, &bh, Some("a"));
+    let _ = dry_run_creates(&client, &plain, 5).await; // warm connections
+    let with_plain = dry_run_creates(&client, &plain, 60).await;
+    let with_keyed = dry_run_creates(&client, &keyed, 60).await;
+    let skip = json!({"webhooks": [{"name": "pods.bulkhead.dev", "namespaceSelector": {"matchLabels": {"bulkhead.dev/never": "true"}}}]});
+    webhooks
+        .patch("bulkhead", &kube::api::PatchParams::default(), &kube::api::Patch::Strategic(&skip))
+        .await
+        .expect("patch");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let without = dry_run_creates(&client, &plain, 60).await;
+    let restore = json!({"webhooks": [{"name": "pods.bulkhead.dev", "namespaceSelector": {}}]});
+    webhooks
+        .patch("bulkhead", &kube::api::PatchParams::default(), &kube::api::Patch::Strategic(&restore))
+        .await
+        .expect("patch");
+    for (what, ms) in [
+        ("no keys, webhook on", &with_plain),
+        ("class a's keys, webhook on", &with_keyed),
+        ("no keys, webhook skipped", &without),
+    ] {
+        let (p50, p99) = p50_p99(ms);
+        println!("pod create (dry run, 60): {what}: p50 {p50:.2} ms, p99 {p99:.2} ms");
+    }
+
+    // The operator down: with failurePolicy Ignore (1.20) the crossing pod is admitted, and the
+    // audit names it as having bypassed admission once the operator is back.
+    let policy = webhooks.get("bulkhead").await.expect("config").webhooks.expect("webhooks")[0].failure_policy.clone();
+    println!("failurePolicy on this server: {policy:?}");
+    cp.kubectl(&["-n", RELEASE_NS, "scale", "deployment", "bulkhead", "--replicas=0"]);
+    wait_for("no operator pod", ROLLOUT, || async {
+        pods(&client, RELEASE_NS, "app.kubernetes.io/name=bulkhead").await.is_empty().then_some(())
+    })
+    .await;
+    let t = Instant::now();
+    let admitted = pods_b.create(&kube::api::PostParams::default(), &crossing).await;
+    println!(
+        "operator down: the crossing pod {} in {:.0} ms",
+        if admitted.is_ok() { "admitted" } else { "refused" },
+        t.elapsed().as_secs_f64() * 1000.0
+    );
+    assert!(admitted.is_ok(), "failurePolicy Ignore: an outage does not block pod creation: {admitted:?}");
+    cp.kubectl(&["-n", RELEASE_NS, "scale", "deployment", "bulkhead", "--replicas=2"]);
+    wait_ready(&client, RELEASE_NS, "app.kubernetes.io/name=bulkhead", 2, ROLLOUT).await;
+    let evidence = wait_for("the audit names the pod that bypassed admission", Duration::from_secs(120), || async {
+        let b = Api::<bulkhead::crd::Bulkhead>::all(client.clone()).get(&bh).await.ok()?;
+        let node = b.status?.layers.into_iter().find(|l| l.name == bulkhead::crd::Layer::Node)?;
+        let enforced = node.admission == Some(bulkhead::crd::NodeAdmission::Enforced);
+        let found = node
+            .pairs
+            .iter()
+            .flat_map(|p| p.evidence.iter())
+            .find(|e| e.contains("crosser") && e.contains("bypassed admission"));
+        found.filter(|_| enforced).cloned()
+    })
+    .await;
+    println!("audited: {evidence}");
+
+    let _ = pods_b.delete("crosser", &DeleteParams::default()).await;
+    cp.kubectl(&["delete", "bulkhead", &bh, "--timeout=60s"]);
 }

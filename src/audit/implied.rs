@@ -123,7 +123,14 @@ mod tests {
     }
 
     fn layer(name: Layer, pairs: Vec<PairStatus>) -> Arc<LayerStatus> {
-        Arc::new(LayerStatus { name, required: true, state: state_of(&pairs), pairs, unlisted_pairs: 0 })
+        Arc::new(LayerStatus {
+            name,
+            required: true,
+            state: state_of(&pairs),
+            pairs,
+            unlisted_pairs: 0,
+            admission: None,
+        })
     }
 
     #[test]

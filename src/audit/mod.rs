@@ -40,11 +40,18 @@ pub struct AuditConfig {
     /// Node label naming the machine (hypervisor) under a node, if the
     /// platform sets one.
     pub host_label: Option<String>,
+    /// The operator serves its admission webhook: node groups are kept at
+    /// admission, and a pod found across one bypassed it.
+    pub admission: bool,
 }
 
 impl Default for AuditConfig {
     fn default() -> Self {
-        Self { sandbox_handlers: vec!["kata*".into(), "gvisor".into(), "runsc".into()], host_label: None }
+        Self {
+            sandbox_handlers: vec!["kata*".into(), "gvisor".into(), "runsc".into()],
+            host_label: None,
+            admission: false,
+        }
     }
 }
 
@@ -64,6 +71,8 @@ pub struct Audit {
     pub layers: Vec<Arc<LayerStatus>>,
     /// Pods of the classes not yet bound to a node (ignored by placement layers).
     pub unscheduled: usize,
+    /// `AuditConfig::admission` of the audit that made it.
+    pub admission: bool,
 }
 
 impl Audit {
@@ -96,13 +105,14 @@ pub fn audit_cached(
 ) -> Audit {
     if let Some(state) = cache.as_mut() {
         if state.fits(selection.bulkhead, config) && state.catch_up(snapshot) {
-            return verdicts(state, selection, snapshot, &Hints::default());
+            let audit = verdicts(state, selection, snapshot, &Hints::default());
+            return Audit { admission: config.admission, ..audit };
         }
     }
     let (mut state, hints) = AuditState::build(selection, snapshot, config);
     let audit = verdicts(&mut state, selection, snapshot, &hints);
     *cache = Some(state);
-    audit
+    Audit { admission: config.admission, ..audit }
 }
 
 fn verdicts(state: &mut AuditState, selection: &Selection<'_>, snapshot: &Snapshot, hints: &Hints<'_>) -> Audit {
@@ -119,7 +129,7 @@ fn verdicts(state: &mut AuditState, selection: &Selection<'_>, snapshot: &Snapsh
         layers.push(status);
     }
     nest(state, &mut layers, selection, snapshot, hints);
-    Audit { layers, unscheduled: state.unscheduled() }
+    Audit { layers, unscheduled: state.unscheduled(), admission: false }
 }
 
 /// The nesting pass, kept between calls while what it reads stands still:
@@ -293,6 +303,7 @@ fn layer_status(selection: &Selection<'_>, layer: Layer, pairs: Vec<PairVerdict>
             .map(|p| PairStatus { classes: class_names(selection, &p), state: p.state, evidence: p.evidence })
             .collect(),
         unlisted_pairs: 0,
+        admission: None,
     }
 }
 

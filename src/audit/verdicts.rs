@@ -57,6 +57,7 @@ impl AuditState {
                 state: layer_state(pairs.clone()),
                 pairs: pairs.map(|v| pair_status(selection, v)).collect(),
                 unlisted_pairs: 0,
+                admission: None,
             });
             l.status = Some((status.clone(), index));
             l.version += 1;

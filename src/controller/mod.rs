@@ -3,6 +3,7 @@
 //! audits again only when something it reads changed; only differences are
 //! written.
 
+mod admission;
 mod context;
 mod drill;
 mod error;
@@ -28,6 +29,7 @@ use kube::{
 };
 use tracing::{info, warn};
 
+pub use admission::{AdmissionOptions, TlsSource};
 pub use context::Context;
 pub use error::Error;
 pub use memory::{
@@ -68,6 +70,8 @@ pub struct RunOptions {
     /// `--operator-name`: act only on Bulkheads labelled with it, or, without
     /// one, only on those without the label (`crd::operator_selector`).
     pub operator_name: Option<String>,
+    /// The admission webhook, in every replica (None: not served).
+    pub admission: Option<AdmissionOptions>,
 }
 
 fn error_policy(obj: Arc<DeserializeGuard<Bulkhead>>, error: &Error, ctx: Arc<Context>) -> Action {
@@ -82,6 +86,9 @@ pub async fn run(client: Client, options: RunOptions) -> Result<(), Error> {
     let snapshot = observe::start(&client);
     let selector = crate::crd::operator_selector(options.operator_name.as_deref());
     catch_up::spawn(Api::all(client.clone()), Arc::clone(&snapshot), selector.clone());
+    if let Some(admission) = options.admission.clone() {
+        admission::spawn(client.clone(), Arc::clone(&snapshot), selector.clone(), admission);
+    }
     let mut metrics = Metrics::default();
     metrics.register_watch_failures(snapshot.watch_failures.clone());
     let metrics = Arc::new(metrics);

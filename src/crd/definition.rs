@@ -104,6 +104,10 @@ fn strip_nullable(value: &mut Value) {
     match value {
         Value::Object(map) => {
             map.remove("nullable");
+            // An optional enum lists null among its values, which the API server refuses.
+            if let Some(Value::Array(values)) = map.get_mut("enum") {
+                values.retain(|v| !v.is_null());
+            }
             map.values_mut().for_each(strip_nullable);
         }
         Value::Array(items) => items.iter_mut().for_each(strip_nullable),

@@ -2,6 +2,7 @@
 //! operator should write and the numbers it reports. The controller applies
 //! its output; `bulkhead plan` prints it.
 
+mod admission;
 mod bypass;
 mod capacity;
 mod changes;
@@ -25,6 +26,7 @@ use k8s_openapi::api::{
 use kube::{api::ObjectMeta, Resource, ResourceExt};
 
 pub use crate::select::{is_dns_label, Replicas};
+pub use admission::{carries_operator_keys, review_pod, Denial};
 pub use capacity::{plan_capacity, CapacityPlan, ClassCapacity, Funding};
 pub use changes::{changes, teardown, Change, WithheldConfig};
 pub use config_map::config_map_name;

@@ -2,6 +2,7 @@
 //! applying it), merged with the previous status so that nothing moves unless
 //! something changed.
 
+mod admission;
 mod conditions;
 pub mod drill;
 mod enforcement;
@@ -12,6 +13,7 @@ mod reasons;
 mod shard;
 mod sized;
 
+pub use admission::BYPASSED;
 pub use conditions::{merge_conditions, ConditionStatus, DesiredCondition};
 pub use enforcement::{apply_enforcement, Answer, Observed};
 pub use isolation::isolated_condition;
@@ -101,7 +103,8 @@ pub fn build_status(
         layers = shared.into_iter().map(|l| std::sync::Arc::try_unwrap(l).unwrap_or_else(|l| (*l).clone())).collect();
         desired.push(shard::shard_condition(shards));
     }
-    if audit.is_some() {
+    if let Some(audit) = audit {
+        admission::annotate_admission(&mut layers, plan, audit.admission);
         desired.push(isolated_condition(&layers, bulkhead.spec.classes.len()));
     }
     if plan.shards.is_some() {

@@ -48,9 +48,69 @@ fn helm_3_and_helm_4_lint_the_chart_and_render_the_same_objects() {
         "--set",
         "leaderElection.leaseName=bulkhead-b",
     ];
-    for args in [&[][..], &on[..]] {
-        assert_eq!(render(3, args), render(4, args), "Helm 3 and 4 disagree with {args:?}");
+    // One server version for both: the webhook's failurePolicy depends on it.
+    for args in [&["--kube-version", "1.30.0"][..], &[&["--kube-version", "1.30.0"][..], &on[..]].concat()[..]] {
+        // The same objects; the order differs (Helm 3 puts kinds it has no install order for last).
+        let sorted = |major| {
+            let mut docs = render(major, args);
+            docs.sort_by_key(|d| (d["kind"].to_string(), d["metadata"]["name"].to_string()));
+            docs
+        };
+        assert_eq!(sorted(3), sorted(4), "Helm 3 and 4 disagree with {args:?}");
     }
+}
+
+/// The webhook fails closed only where matchConditions send it the pods that
+/// carry the operator's keys alone: on an older server every pod is sent, and
+/// an operator outage must not block every pod of the cluster.
+#[test]
+fn the_webhook_fails_closed_only_where_match_conditions_scope_it() {
+    let webhook = |version: &str, extra: &[&str]| {
+        let mut args = vec!["--kube-version", version];
+        args.extend_from_slice(extra);
+        let docs = render(3, &args);
+        find(&docs, "ValidatingWebhookConfiguration").first().map(|w| (*w).clone())
+    };
+    let old = webhook("1.20.2", &[]).expect("registered by default");
+    assert_eq!(old["webhooks"][0]["name"], "pods.bulkhead.dev");
+    assert_eq!(old["webhooks"][0]["failurePolicy"], "Ignore");
+    assert!(old["webhooks"][0].get("matchConditions").is_none(), "1.20 has no matchConditions: {old}");
+    let new = webhook("1.30.0", &[]).expect("registered");
+    assert_eq!(new["webhooks"][0]["failurePolicy"], "Fail");
+    let expression = new["webhooks"][0]["matchConditions"][0]["expression"].as_str().expect("a condition");
+    assert!(expression.contains("startsWith('bulkhead.dev/')"), "{expression}");
+    assert_eq!(new["webhooks"][1]["name"], "owned.bulkhead.dev");
+    assert_eq!(new["webhooks"][1]["failurePolicy"], "Ignore", "never blocks a namespace's deletion");
+    assert_eq!(new["webhooks"][1]["objectSelector"]["matchLabels"]["app.kubernetes.io/managed-by"], "bulkhead");
+    assert_eq!(
+        webhook("1.30.0", &["--set", "admission.failurePolicy=Ignore"]).expect("w")["webhooks"][0]["failurePolicy"],
+        "Ignore"
+    );
+    assert!(webhook("1.30.0", &["--set", "admission.enabled=false"]).is_none());
+    // cert-manager: the CA is injected, the operator is given the mounted certificate and no Secret RBAC.
+    let docs = render(3, &["--kube-version", "1.30.0", "--set", "admission.certManager.enabled=true"]);
+    let config = find(&docs, "ValidatingWebhookConfiguration")[0];
+    assert_eq!(config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"], "bulkhead-system/bulkhead-webhook");
+    assert_eq!(find(&docs, "Certificate").len(), 1);
+    let args = find(&docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+    assert!(args.contains("--admission-tls-dir") && !args.contains("--admission-secret"), "{args}");
+    assert!(find(&docs, "Role").iter().all(|r| r["metadata"]["name"] != "bulkhead-webhook-tls"));
+    // The CEL policy: only where the server serves it, bound to every Bulkhead of this operator.
+    let vap = [
+        "--kube-version",
+        "1.30.0",
+        "--api-versions",
+        "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy",
+        "--set",
+        "admission.validatingAdmissionPolicy.enabled=true",
+    ];
+    let docs = render(3, &vap);
+    let policy = find(&docs, "ValidatingAdmissionPolicy")[0];
+    assert_eq!(policy["spec"]["paramKind"]["kind"], "Bulkhead");
+    let binding = find(&docs, "ValidatingAdmissionPolicyBinding")[0];
+    assert_eq!(binding["spec"]["paramRef"]["selector"]["matchExpressions"][0]["operator"], "DoesNotExist");
+    let out = chart_support::helm_output(3, &["template", "--kube-version", "1.20.2", "--set", "admission.validatingAdmissionPolicy.enabled=true"]);
+    assert!(!out.status.success(), "refused where the API is not served");
 }
 
 /// What the restricted profile of the Pod Security Standards forbids, checked

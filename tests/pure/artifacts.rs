@@ -61,6 +61,10 @@ fn the_crd_is_structural_and_describes_every_field() {
     assert_eq!(classes["x-kubernetes-list-map-keys"], serde_json::json!(["name"]));
     let text = serde_json::to_string(&schema).expect("json");
     assert!(!text.contains("x-kubernetes-validations"), "CEL rules are not enforced by the 1.20 test server");
+    // An optional enum's null value makes the API server refuse the whole CRD.
+    for yaml in [bulkhead::crd::crd_yaml(), bulkhead::crd::drill_crd_yaml()] {
+        assert!(!yaml.lines().any(|l| l.trim() == "- null"), "an enum lists null");
+    }
 }
 
 fn helm(args: &[&str]) -> String {
@@ -126,7 +130,8 @@ fn the_chart_runs_the_operator_locked_down_with_least_privilege() {
             "pods",
             "priorityclasses",
             "resourcequotas",
-            "statefulsets"
+            "statefulsets",
+            "validatingwebhookconfigurations"
         ]
     );
 }

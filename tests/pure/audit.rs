@@ -409,8 +409,15 @@ fn bounding_lists_shared_pairs_before_unverified_ones() {
         |i: usize, state| PairStatus { classes: vec![format!("a{i}"), format!("b{i}")], state, evidence: vec![] };
     let pairs: Vec<PairStatus> =
         (0..30).map(|i| pair(i, if i % 3 == 0 { LayerState::Shared } else { LayerState::Unverified })).collect();
-    let layer = LayerStatus { name: Layer::Host, required: false, state: LayerState::Shared, pairs, unlisted_pairs: 0 }
-        .bounded();
+    let layer = LayerStatus {
+        name: Layer::Host,
+        required: false,
+        state: LayerState::Shared,
+        pairs,
+        unlisted_pairs: 0,
+        admission: None,
+    }
+    .bounded();
     let listed: Vec<(&str, LayerState)> = layer.pairs.iter().map(|p| (p.classes[0].as_str(), p.state)).collect();
     // The 10 Shared pairs (0, 3, … 27) in their order, then nothing else fits.
     assert_eq!(listed.len(), MAX_PAIRS_LISTED);

@@ -3,6 +3,7 @@
 //! generated artifacts, the module order and the usage analysis. No process, no cluster.
 //! `cargo test --test pure planner::` runs one file's tests.
 
+mod admission;
 mod architecture;
 mod artifacts;
 mod audit;

@@ -143,3 +143,21 @@ them there.
 {{- define "bulkhead.eventsNamespace" -}}
 default
 {{- end }}
+
+{{/*
+The webhook's failurePolicy: the value given, else Fail where the server
+evaluates matchConditions (only pods that carry the operator's keys are then
+sent, so an outage blocks those alone) and Ignore where it does not (every
+pod is sent: Fail would block every pod of the cluster while the operator is
+down; a pod admitted then is still audited).
+*/}}
+{{- define "bulkhead.webhookMatchConditions" -}}
+{{- if semverCompare ">=1.28-0" .Capabilities.KubeVersion.Version }}true{{ end }}
+{{- end }}
+
+{{- define "bulkhead.webhookFailurePolicy" -}}
+{{- if .Values.admission.failurePolicy }}{{ .Values.admission.failurePolicy }}
+{{- else if include "bulkhead.webhookMatchConditions" . }}Fail
+{{- else }}Ignore
+{{- end }}
+{{- end }}
