@@ -71,7 +71,7 @@ enum Command {
         #[command(flatten)]
         admission: Box<AdmissionArgs>,
         #[command(flatten)]
-        config: ConfigArgs,
+        config: Box<ConfigArgs>,
     },
     /// Enforce a pool config: a reverse proxy that admits each request to its class's pool or rejects it at once.
     ///
@@ -371,7 +371,7 @@ fn main() -> ExitCode {
                 None => "bulkhead-operator".to_string(),
             });
             let lease = leader_elect.then_some(bulkhead::controller::LeaseRef { namespace: lease_namespace, name });
-            match run(metrics_addr, lease, shutdown_grace, usage, admission, config.into(), operator_name) {
+            match run(metrics_addr, lease, shutdown_grace, usage, admission, (*config).into(), operator_name) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!(error = %Chain(&*e), "controller stopped");

@@ -109,7 +109,10 @@ fn the_webhook_fails_closed_only_where_match_conditions_scope_it() {
     assert_eq!(policy["spec"]["paramKind"]["kind"], "Bulkhead");
     let binding = find(&docs, "ValidatingAdmissionPolicyBinding")[0];
     assert_eq!(binding["spec"]["paramRef"]["selector"]["matchExpressions"][0]["operator"], "DoesNotExist");
-    let out = chart_support::helm_output(3, &["template", "--kube-version", "1.20.2", "--set", "admission.validatingAdmissionPolicy.enabled=true"]);
+    let out = chart_support::helm_output(
+        3,
+        &["template", "--kube-version", "1.20.2", "--set", "admission.validatingAdmissionPolicy.enabled=true"],
+    );
     assert!(!out.status.success(), "refused where the API is not served");
 }
 
