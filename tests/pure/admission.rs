@@ -41,6 +41,16 @@ fn cluster() -> Snapshot {
     s
 }
 
+/// n-1 as the operator leaves it when class a claims it: its label and taint.
+fn claim_n1_for_a(s: &mut Snapshot) {
+    s.apply(&crate::fixtures::mk_node_with(
+        "n-1",
+        json!({"pool": "general", "bulkhead.dev/split": "a"}),
+        json!([{"key": "bulkhead.dev/split", "value": "a", "effect": "NoSchedule"}]),
+        true,
+    ));
+}
+
 /// The pod spec placement writes into `namespace`'s Deployment.
 fn placed_template(bh: &Bulkhead, s: &Snapshot, namespace: &str) -> Value {
     let plan = bulkhead::plan::plan(&Selection::parse(bh), s, &PlanConfig::default());
@@ -137,14 +147,7 @@ fn pods_without_the_operators_keys_are_not_looked_at_and_exempt_namespaces_are_n
 fn a_pod_bound_by_name_to_a_claimed_node_is_refused_and_one_on_an_unmanaged_node_is_not() {
     let bh = split();
     let mut s = cluster();
-    s.apply(
-        &serde_json::from_value::<k8s_openapi::api::core::v1::Node>(json!({
-            "metadata": {"name": "n-1", "labels": {"pool": "general", "bulkhead.dev/split": "a"}},
-            "spec": {"taints": [{"key": "bulkhead.dev/split", "value": "a", "effect": "NoSchedule"}]},
-            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
-        }))
-        .expect("node"),
-    );
+    claim_n1_for_a(&mut s);
     let selections = [Selection::parse(&bh)];
     let d = review_pod(&pod("team-b", json!({"nodeName": "n-1"})), &selections, &s, &[]).expect_err("bound by name");
     assert_eq!((d.class.as_str(), d.field.as_str()), ("a", "spec.nodeName"));
@@ -169,14 +172,7 @@ fn the_node_layer_says_whether_admission_keeps_the_groups_and_names_a_pod_that_b
     let bh = split();
     let mut s = cluster();
     // n-1 is a's; a pod of b runs there (created while the webhook was down).
-    s.apply(
-        &serde_json::from_value::<k8s_openapi::api::core::v1::Node>(json!({
-            "metadata": {"name": "n-1", "labels": {"pool": "general", "bulkhead.dev/split": "a"}},
-            "spec": {"taints": [{"key": "bulkhead.dev/split", "value": "a", "effect": "NoSchedule"}]},
-            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
-        }))
-        .expect("node"),
-    );
+    claim_n1_for_a(&mut s);
     s.apply(&crate::fixtures::mk_pod("team-a", "a-1", &[("app", "a")], Some("n-1")));
     s.apply(&crate::fixtures::mk_pod("team-b", "crosser", &[("app", "b")], Some("n-1")));
     let node_layer = |admission: bool| {
