@@ -167,20 +167,19 @@ pub struct LayerStatus {
     #[serde(default, skip_serializing_if = "is_zero")]
     pub unlisted_pairs: u32,
     /// Node only, when a class holds a node group: Enforced when the operator's admission
-    /// webhook refuses pods that reach another class's nodes, Audited when what runs is only
-    /// reported after the fact.
+    /// webhook refuses pods that reach another class's nodes. Absent: node groups are only
+    /// audited (what runs is reported after the fact).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admission: Option<NodeAdmission>,
 }
 
-/// Whether node groups are kept at admission or only audited.
+/// How node groups are kept beyond the audit (one way so far: the webhook).
 // No doc comments on the variants: schemars would make a described `oneOf`
 // branch of each, which a CRD's structural schema forbids.
 #[allow(missing_docs)]
 #[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
 pub enum NodeAdmission {
     Enforced,
-    Audited,
 }
 
 /// Pairs a status lists per layer (see `LayerStatus::unlisted_pairs`).

@@ -1,9 +1,11 @@
-//! The Node layer says how node groups are kept: at admission (the
-//! operator's webhook refuses a pod that reaches another class's nodes) or
-//! only audited. With admission on, a pod found across a group anyway
-//! bypassed it (created while the webhook did not answer, before the group
-//! existed, or with `failurePolicy: Ignore` during an outage); its evidence
-//! says so, and the audit reports it as it always has.
+//! The Node layer says when node groups are kept at admission (the
+//! operator's webhook refuses a pod that reaches another class's nodes);
+//! without the field they are only audited, as before there was a webhook,
+//! so an operator without one writes no status it did not write before. With
+//! admission on, a pod found across a group anyway bypassed it (created while
+//! the webhook did not answer, before the group existed, or with
+//! `failurePolicy: Ignore` during an outage); its evidence says so, and the
+//! audit reports it as it always has.
 
 use crate::{
     crd::{Layer, LayerState, LayerStatus, NodeAdmission},
@@ -16,14 +18,11 @@ pub const BYPASSED: &str =
 
 pub(super) fn annotate_admission(layers: &mut [LayerStatus], plan: &Plan, enforced: bool) {
     let grouped: Vec<&str> = plan.node_groups.classes.iter().map(|c| c.class.as_str()).collect();
-    if grouped.is_empty() {
+    if grouped.is_empty() || !enforced {
         return;
     }
     let Some(node) = layers.iter_mut().find(|l| l.name == Layer::Node) else { return };
-    node.admission = Some(if enforced { NodeAdmission::Enforced } else { NodeAdmission::Audited });
-    if !enforced {
-        return;
-    }
+    node.admission = Some(NodeAdmission::Enforced);
     for pair in node.pairs.iter_mut().filter(|p| p.state == LayerState::Shared) {
         if pair.classes.iter().any(|c| grouped.contains(&c.as_str())) {
             for evidence in &mut pair.evidence {
