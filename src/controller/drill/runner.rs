@@ -21,8 +21,8 @@ use super::{
 use crate::controller::context::Context;
 use crate::{
     crd::{drill_phase, drill_verdict, Bulkhead, BulkheadDrill, BulkheadDrillStatus},
-    evaluate::{evaluate, Config},
     plan::{DrillFault, Enforcer, Plan},
+    select::Selection,
     status::drill::{judge, not_ready, settings, DrillSettings, Outcome, Recording, Saturation, Thresholds},
 };
 
@@ -198,18 +198,13 @@ async fn drive(
     status.message = Some("lifting the fault".into());
     write(&ctx.client, &name, status).await.map_err(Abort)?;
     let lifted = confirm_lifted(ctx, &settings.bulkhead).await;
+    let classes = load.classes.clone();
     let samples = load.finish();
-    let recording = Recording { classes: vec_classes(&settings), drilled: 0, samples, baseline, during };
+    let recording = Recording { classes, drilled: 0, samples, baseline, during };
     let judgement =
         judge(&recording, Saturation { held_peak, ceiling: settings.ceiling }, settings.mode, &Thresholds::default());
     status.classes = judgement.figures;
     Ok(Some((judgement.verdict.to_string(), format!("{}{lifted}", judgement.message))))
-}
-
-fn vec_classes(settings: &DrillSettings) -> Vec<String> {
-    let mut classes = vec![settings.class.clone()];
-    classes.extend(settings.load.measured.iter().cloned());
-    classes
 }
 
 /// Sleep `length`, aborting on harm to the critical lane or a Bulkhead change.
@@ -248,11 +243,12 @@ fn check_harm(load: &Load, critical: &[usize], since: Duration) -> Result<(), Ab
 }
 
 /// The Bulkhead's plan, with `fault` if given (what its reconcile plans).
+/// The planner alone: a drill reads no diff and no audit.
 async fn plan_of(ctx: &Context, bulkhead: &Bulkhead, fault: Option<DrillFault>) -> Plan {
-    let mut config: Config = ctx.config.clone();
-    config.plan.fault = fault;
+    let mut config = ctx.config.plan.clone();
+    config.fault = fault;
     let snapshot = ctx.snapshot.read().await;
-    evaluate(bulkhead, &snapshot, &config).plan
+    crate::plan::plan(&Selection::parse(bulkhead), &snapshot, &config)
 }
 
 /// The running pods' IPs and sidecar admin addresses.
