@@ -21,7 +21,6 @@ use http::{
     Version,
 };
 use http_body_util::{Either, Empty};
-use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::{sync::watch, time::Sleep};
 
@@ -34,6 +33,7 @@ use super::{
     h2_upstream::{H2Body, H2Upstream},
     hop_headers::{append_forwarded_for, is_upgrade, strip_hop_by_hop, FORWARDED_PROTO},
     idle::{self, IdleBody},
+    inbound::Inbound,
     refusal::Refusal,
     timeouts::{StreamTimeouts, Timeouts, UPSTREAM_CONNECT},
     upload::Upload,
@@ -153,7 +153,7 @@ impl Forward {
     /// `max`: the class's maximum duration, which bounds the response head and body too.
     pub(super) fn call(
         &self,
-        mut req: Request<Incoming>,
+        mut req: Request<Inbound>,
         peer: &HeaderValue,
         class: &HeaderValue,
         max: Option<Duration>,

@@ -301,7 +301,7 @@ mod tests {
 
     use super::*;
 
-    use crate::idle::IdleBody;
+    use crate::{idle::IdleBody, inbound::Inbound};
 
     /// An empty request body of the type the proxy forwards (hyper makes
     /// `Incoming` only for what it reads, so one is read off a connection).
@@ -313,7 +313,7 @@ mod tests {
         let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(client)).await.expect("handshake");
         tokio::spawn(conn);
         let res = send.send_request(Request::new(Empty::<Bytes>::new())).await.expect("response");
-        Upload::new(IdleBody::new(res.into_body(), Duration::ZERO, None), None, None)
+        Upload::new(IdleBody::new(Inbound::Http1(res.into_body()), Duration::ZERO, None), None, None)
     }
 
     async fn get(authority: &Authority) -> Request<ClientBody> {

@@ -8,7 +8,7 @@
 use std::{
     pin::Pin,
     sync::Arc,
-    task::{ready, Context, Poll},
+    task::{Context, Poll},
     time::Duration,
 };
 
@@ -21,6 +21,7 @@ use super::{
     h2_pool::{H2Pool, Picked, StreamSlot, CONNECTION_WINDOW, MAX_CONNECTIONS, STREAMS_PER_CONNECTION, STREAM_WINDOW},
     head::copy_head,
     idle::BoxError,
+    recv_body::RecvBody,
     replay::{ReplayBudget, Replayable, REPLAY_BUDGET},
     timeouts::PIPE_END,
 };
@@ -332,7 +333,7 @@ fn unprocessed(e: &h2::Error) -> bool {
 }
 
 fn into_response(res: Response<h2::RecvStream>, slot: StreamSlot) -> Response<H2Body> {
-    res.map(|recv| H2Body { recv, data_done: false, _slot: slot })
+    res.map(|recv| H2Body { body: RecvBody::new(recv), _slot: slot })
 }
 
 /// Aborts a task when dropped, unless disarmed.
@@ -419,12 +420,11 @@ where
     }
 }
 
-/// An upstream response body: data (its flow-control window given back as
-/// it is read), then trailers.
+/// An upstream response body (`RecvBody`), holding its stream's place on
+/// the connection while it lives.
 #[derive(Debug)]
 pub struct H2Body {
-    recv: h2::RecvStream,
-    data_done: bool,
+    body: RecvBody,
     /// The stream counts against its connection's limit while the body lives.
     _slot: StreamSlot,
 }
@@ -434,28 +434,14 @@ impl Body for H2Body {
     type Error = h2::Error;
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
-        if !self.data_done {
-            match ready!(self.recv.poll_data(cx)) {
-                Some(Ok(data)) => {
-                    let _ = self.recv.flow_control().release_capacity(data.len());
-                    return Poll::Ready(Some(Ok(Frame::data(data))));
-                }
-                Some(Err(e)) => return Poll::Ready(Some(Err(e))),
-                None => self.data_done = true,
-            }
-        }
-        match ready!(self.recv.poll_trailers(cx)) {
-            Ok(Some(trailers)) => Poll::Ready(Some(Ok(Frame::trailers(trailers)))),
-            Ok(None) => Poll::Ready(None),
-            Err(e) => Poll::Ready(Some(Err(e))),
-        }
+        Pin::new(&mut self.body).poll_frame(cx)
     }
 
     fn is_end_stream(&self) -> bool {
-        self.recv.is_end_stream()
+        self.body.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
-        SizeHint::default()
+        self.body.size_hint()
     }
 }

@@ -12,7 +12,6 @@
 use std::{sync::Arc, time::Duration};
 
 use http::{HeaderValue, Request};
-use hyper::body::Incoming;
 use tokio::{sync::watch, time::Instant};
 
 use bulkhead_admission::{
@@ -23,13 +22,14 @@ use bulkhead_admission::{
 
 use super::{
     forward::{Forward, ForwardFuture},
+    inbound::Inbound,
     refusal::Refusal,
 };
 
 /// `req`, held as `hold` says, then forwarded as `admitted` names it.
 pub(super) fn forward_after(
     forward: Arc<Forward>,
-    req: Request<Incoming>,
+    req: Request<Inbound>,
     peer: HeaderValue,
     admitted: Admitted,
     hold: DrillHold,

@@ -17,6 +17,23 @@ fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = &str> {
 const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 
+/// Remove the fields HTTP/2 forbids (RFC 9113 8.2.2) from a response sent
+/// over it: h2 refuses to send them, and the proxy's own refusals may say
+/// `connection: close`. Most responses carry none: one pass over the names.
+pub(super) fn strip_connection_specific(headers: &mut HeaderMap) {
+    let specific =
+        [header::CONNECTION, header::UPGRADE, KEEP_ALIVE, PROXY_CONNECTION, header::TRANSFER_ENCODING, header::TE];
+    if !headers.keys().any(|name| specific.contains(name)) {
+        return;
+    }
+    for name in &specific[..5] {
+        headers.remove(name);
+    }
+    if headers.get_all(header::TE).iter().any(|v| v != "trailers") {
+        headers.remove(header::TE);
+    }
+}
+
 /// Remove what concerns one connection only (RFC 9110 7.6.1); keep the
 /// Upgrade handshake when splicing, and `te: trailers`, which gRPC needs.
 pub(super) fn strip_hop_by_hop(headers: &mut HeaderMap, upgrade: bool) {

@@ -20,18 +20,22 @@ mod admin;
 mod class_headers;
 mod connections;
 mod counted;
+mod date;
 mod dial;
 pub mod duration;
 mod fds;
 pub mod forward;
 mod h1_upstream;
 mod h2_pool;
+mod h2_server;
 mod h2_upstream;
 mod head;
 mod held;
 mod hop_headers;
 mod idle;
+mod inbound;
 pub mod options;
+mod recv_body;
 mod refusal;
 pub mod reload;
 mod replay;
@@ -156,7 +160,7 @@ pub async fn run(args: ProxyArgs) -> Result<(), ProxyError> {
         idle: args.idle_timeout,
         drain: args.drain_timeout,
     };
-    let builder = Arc::new(server::http_builder(timeouts.header));
+    let protocols = Arc::new(server::Protocols::new(timeouts.header));
     let limits = forward::Limits {
         timeouts,
         allow_upgrade: args.allow_upgrade.iter().map(|p| p.to_ascii_lowercase()).collect(),
@@ -194,7 +198,14 @@ pub async fn run(args: ProxyArgs) -> Result<(), ProxyError> {
         bound.push((tcp, Arc::new(listener)));
     }
     for (tcp, listener) in bound {
-        tokio::spawn(server::accept(tcp, listener, Arc::clone(&builder), accept.clone(), stop.clone(), drain.clone()));
+        tokio::spawn(server::accept(
+            tcp,
+            listener,
+            Arc::clone(&protocols),
+            accept.clone(),
+            stop.clone(),
+            drain.clone(),
+        ));
     }
     drop(drain);
     tokio::spawn(reload::follow(

@@ -1,61 +1,102 @@
-//! Listeners: accept, serve HTTP/1.1 and h2c on each connection, each
-//! request (each HTTP/2 stream) through the listener's stack (`stack`).
+//! Listeners: accept, serve HTTP/1.1 (hyper) or h2c (`h2_server`) on each
+//! connection, each request (each HTTP/2 stream) through the listener's
+//! stack (`stack`).
 
-use std::{net::SocketAddr, sync::Arc, time::Duration};
+use std::{
+    future::Future,
+    net::SocketAddr,
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll},
+    time::Duration,
+};
 
 use http::HeaderValue;
-use hyper_util::{
-    rt::{TokioExecutor, TokioIo, TokioTimer},
-    server::conn::auto,
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use pin_project_lite::pin_project;
+use tokio::{
+    net::{TcpListener, TcpStream},
+    sync::watch,
 };
-use tokio::{net::TcpListener, sync::watch};
 
 use super::{
     activity::{Activity, Stall},
     connections::Connections,
+    h2_server::{h2_builder, H2Connection},
+    idle::BoxError,
     stack::{Conn, Listener},
     timeouts::Timeouts,
     unread::UnreadBudget,
 };
 
-/// Streams one client connection may have open at once: 128, nginx's
-/// default (HAProxy's and Envoy's edge guide: 100). A stream whose response
-/// the client leaves unread lasts until the stall timer closes its
-/// connection; 1,024 let one connection hold 1,000 small ones (4.7 MB).
-const CLIENT_STREAMS: u32 = 128;
-/// What a client may send on one stream before the proxy has passed it on:
-/// 64 KiB, as Envoy's edge-proxy guide recommends.
-const CLIENT_STREAM_WINDOW: u32 = 64 << 10;
-
 /// The largest HTTP/1.1 request head: hyper's read buffer, which a client
 /// holding a partial head fills. hyper's default (408 KiB) let 290 such
 /// connections take a sidecar past its 128Mi; 32 KiB is nginx's default
-/// (4 × 8 KiB) and twice the HTTP/2 header list hyper allows.
+/// (4 × 8 KiB) and twice the HTTP/2 header list allowed (`h2_server`).
 const MAX_HEAD: usize = 32 << 10;
 
+/// How client connections are served: HTTP/1.1 by hyper, HTTP/2 (prior
+/// knowledge, h2c) by `h2_server`.
+///
 /// `header_timeout` bounds each HTTP/1.1 request head and is the HTTP/2 ping
 /// interval and ping timeout (a dead peer's connection is closed).
-///
-/// One client connection (a gRPC client, a front proxy) carries requests of
-/// several classes, and a body the upstream is slow to take waits in the
-/// proxy, holding the connection's window as well as its stream's. The
-/// connection's window holds every stream's (8 MiB), so one class's
-/// stalled upload never holds up another class's request bodies (with
-/// hyper's 1 MiB for both, one did). Memory stays bounded by the streams:
-/// only an admitted request's body is read, so at most 64 KiB per request in
-/// flight waits here.
-pub(super) fn http_builder(header_timeout: Duration) -> auto::Builder<TokioExecutor> {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder.http1().timer(TokioTimer::new()).header_read_timeout(header_timeout).max_buf_size(MAX_HEAD);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_concurrent_streams(CLIENT_STREAMS)
-        .initial_stream_window_size(CLIENT_STREAM_WINDOW)
-        .initial_connection_window_size(CLIENT_STREAM_WINDOW * CLIENT_STREAMS)
-        .keep_alive_interval(Some(header_timeout))
-        .keep_alive_timeout(header_timeout);
-    builder
+pub(super) struct Protocols {
+    http1: http1::Builder,
+    h2: h2::server::Builder,
+    keepalive: Duration,
+}
+
+impl Protocols {
+    pub(super) fn new(header_timeout: Duration) -> Self {
+        let mut http1 = http1::Builder::new();
+        // The buffer bounds memory; the head's own limit makes the bound exact (a head that
+        // arrives whole in one read can be parsed past a buffer's limit).
+        http1
+            .timer(TokioTimer::new())
+            .header_read_timeout(header_timeout)
+            .max_buf_size(MAX_HEAD)
+            .max_header_size(MAX_HEAD);
+        Self { http1, h2: h2_builder(), keepalive: header_timeout }
+    }
+
+    fn serve(&self, stream: TcpStream, h2: bool, conn: Conn) -> Served {
+        if h2 {
+            Served::H2 { conn: H2Connection::new(&self.h2, stream, conn, self.keepalive) }
+        } else {
+            Served::Http1 { conn: self.http1.serve_connection(TokioIo::new(stream), conn).with_upgrades() }
+        }
+    }
+}
+
+pin_project! {
+    /// One client connection being served.
+    #[project = ServedProj]
+    enum Served {
+        Http1 { #[pin] conn: http1::UpgradeableConnection<TokioIo<TcpStream>, Conn> },
+        H2 { conn: H2Connection },
+    }
+}
+
+impl Served {
+    /// HTTP/1.1: close after the current request; HTTP/2: GOAWAY.
+    fn graceful_shutdown(self: Pin<&mut Self>) {
+        match self.project() {
+            ServedProj::Http1 { conn } => conn.graceful_shutdown(),
+            ServedProj::H2 { conn } => conn.graceful_shutdown(),
+        }
+    }
+}
+
+impl Future for Served {
+    type Output = Result<(), BoxError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project() {
+            ServedProj::Http1 { conn } => conn.poll(cx).map_err(Into::into),
+            ServedProj::H2 { conn } => Pin::new(conn).poll(cx).map_err(Into::into),
+        }
+    }
 }
 
 /// Limits of the accept loop: `--max-connections` (shared by every
@@ -75,7 +116,7 @@ pub(super) struct Accept {
 pub(super) async fn accept(
     tcp: TcpListener,
     listener: Arc<Listener>,
-    builder: Arc<auto::Builder<TokioExecutor>>,
+    protocols: Arc<Protocols>,
     limits: Accept,
     mut stop: watch::Receiver<bool>,
     drain: watch::Receiver<()>,
@@ -95,15 +136,15 @@ pub(super) async fn accept(
         let activity = Activity::new(Arc::clone(&limits.unread));
         let conn =
             Conn::new(Arc::clone(&listener), peer_value(peer), peer.ip(), Arc::clone(&activity), limits.timeouts.idle);
-        let (builder, mut stop, drain) = (Arc::clone(&builder), stop.clone(), drain.clone());
+        let (protocols, mut stop, drain) = (Arc::clone(&protocols), stop.clone(), drain.clone());
         let timeouts = limits.timeouts;
         tokio::spawn(async move {
-            // hyper-util's protocol detection reads with no timer: a silent connection, or
-            // one that sends part of the HTTP/2 preface, is held here for at most this.
-            if tokio::time::timeout(timeouts.header, detectable(&stream)).await.is_err() {
+            // A silent connection, or one that sends part of the HTTP/2 preface, is held here
+            // for at most this.
+            let Ok(h2) = tokio::time::timeout(timeouts.header, is_h2(&stream)).await else {
                 return;
-            }
-            let served = builder.serve_connection_with_upgrades(TokioIo::new(stream), conn);
+            };
+            let served = protocols.serve(stream, h2, conn);
             tokio::pin!(served);
             let result = tokio::select! {
                 result = served.as_mut() => result,
@@ -141,7 +182,7 @@ pub(super) async fn accept(
 
 /// The next connection; a failed accept (out of file descriptors and the
 /// like) is logged and retried after a short pause, the listener kept.
-pub(super) async fn accept_next(tcp: &TcpListener) -> (tokio::net::TcpStream, SocketAddr) {
+pub(super) async fn accept_next(tcp: &TcpListener) -> (TcpStream, SocketAddr) {
     loop {
         match tcp.accept().await {
             Ok(accepted) => return accepted,
@@ -153,11 +194,11 @@ pub(super) async fn accept_next(tcp: &TcpListener) -> (tokio::net::TcpStream, So
     }
 }
 
-/// Resolves once hyper-util can tell the protocol without waiting: the bytes
-/// are not (or not only) a prefix of the HTTP/2 preface, or the connection
-/// closed. A peer that sends the preface in pieces is rare; it is peeked at
-/// again every 10 ms.
-async fn detectable(stream: &tokio::net::TcpStream) {
+/// Whether the connection opens with the HTTP/2 preface (h2c with prior
+/// knowledge); anything else, or a close, is HTTP/1.1's to answer. Resolves
+/// once the bytes tell: a peer that sends the preface in pieces is rare, and
+/// is peeked at again every 10 ms.
+async fn is_h2(stream: &TcpStream) -> bool {
     const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
     let mut seen = [0u8; PREFACE.len()];
     loop {
@@ -165,7 +206,8 @@ async fn detectable(stream: &tokio::net::TcpStream) {
             Ok(n) if n > 0 && n < PREFACE.len() && PREFACE.starts_with(&seen[..n]) => {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
-            _ => return,
+            Ok(n) => return n == PREFACE.len() && seen == PREFACE,
+            Err(_) => return false,
         }
     }
 }

@@ -35,6 +35,7 @@ use super::{
     counted::{Counted, CountedBody},
     forward::{Forward, ForwardFuture, ProxyBody},
     held,
+    inbound::Inbound,
     refusal::Refusal,
     screen::Screen,
     stall::Watched,
@@ -68,7 +69,7 @@ pub(super) struct ToUpstream {
     peer: HeaderValue,
 }
 
-impl Service<Request<Incoming>> for ToUpstream {
+impl Service<Request<Inbound>> for ToUpstream {
     type Response = Response<ProxyBody>;
     type Error = Infallible;
     type Future = ForwardFuture;
@@ -77,7 +78,7 @@ impl Service<Request<Incoming>> for ToUpstream {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, mut req: Request<Incoming>) -> ForwardFuture {
+    fn call(&mut self, mut req: Request<Inbound>) -> ForwardFuture {
         match req.extensions_mut().remove::<Admitted>() {
             Some(mut admitted) => match admitted.hold.take() {
                 None => self.forward.call(req, &self.peer, &admitted.class, admitted.max_duration),
@@ -114,12 +115,9 @@ impl Conn {
     }
 }
 
-impl hyper::service::Service<Request<Incoming>> for Conn {
-    type Response = Response<ResponseBody>;
-    type Error = Infallible;
-    type Future = StackFuture;
-
-    fn call(&self, mut req: Request<Incoming>) -> StackFuture {
+impl Conn {
+    /// One request through the stack, whichever protocol brought it.
+    pub(super) fn call(&self, mut req: Request<Inbound>) -> StackFuture {
         let http1 = req.version() < Version::HTTP_2;
         let admitted = match self.listener.screen.check(&mut req, self.peer_ip) {
             Err(refusal) => ResponseFuture::rejected(refusal.response(is_grpc(&req))),
@@ -128,5 +126,16 @@ impl hyper::service::Service<Request<Incoming>> for Conn {
             Ok(()) => self.admission.clone().call(req),
         };
         Counted::new(admitted, self.activity.begin(), self.idle, http1)
+    }
+}
+
+/// HTTP/1.1, served by hyper.
+impl hyper::service::Service<Request<Incoming>> for Conn {
+    type Response = Response<ResponseBody>;
+    type Error = Infallible;
+    type Future = StackFuture;
+
+    fn call(&self, req: Request<Incoming>) -> StackFuture {
+        Conn::call(self, req.map(Inbound::Http1))
     }
 }

@@ -13,7 +13,6 @@ use std::{
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use hyper::body::Incoming;
 use pin_project_lite::pin_project;
 use tokio::sync::oneshot;
 
@@ -22,12 +21,13 @@ use bulkhead_admission::admission::Permit;
 use super::{
     class_headers::ClassHeaders,
     idle::{BoxError, IdleBody},
+    inbound::Inbound,
 };
 
 pin_project! {
     pub(super) struct Upload {
         #[pin]
-        inner: IdleBody<Incoming>,
+        inner: IdleBody<Inbound>,
         // Removed from the trailers, if any come.
         not_in_trailers: Option<Arc<ClassHeaders>>,
         // Where the permit comes once the response has ended; it is held
@@ -38,7 +38,7 @@ pin_project! {
 
 impl Upload {
     pub(super) fn new(
-        inner: IdleBody<Incoming>,
+        inner: IdleBody<Inbound>,
         not_in_trailers: Option<Arc<ClassHeaders>>,
         slot: Option<oneshot::Receiver<Permit>>,
     ) -> Self {

@@ -1,0 +1,75 @@
+//! An HTTP/2 stream's incoming body, the h2 crate's `RecvStream`: data, its
+//! flow-control window given back as it is read, then trailers. A client's
+//! request body (`h2_server`) and an upstream's response body
+//! (`h2_upstream`) are both read this way.
+
+use std::{
+    pin::Pin,
+    task::{ready, Context, Poll},
+};
+
+use bytes::Bytes;
+use http::{header, HeaderMap};
+use http_body::{Body, Frame, SizeHint};
+
+#[derive(Debug)]
+pub(crate) struct RecvBody {
+    recv: h2::RecvStream,
+    data_done: bool,
+    /// What Content-Length says is left to come (h2 fails a stream whose
+    /// data does not match it), so the upstream is told the length.
+    remaining: Option<u64>,
+}
+
+impl RecvBody {
+    /// A body of unknown length.
+    pub(crate) fn new(recv: h2::RecvStream) -> Self {
+        Self { recv, data_done: false, remaining: None }
+    }
+
+    /// A request's body, of the length its Content-Length says.
+    pub(crate) fn sized(recv: h2::RecvStream, headers: &HeaderMap) -> Self {
+        let remaining = match headers.get(header::CONTENT_LENGTH) {
+            None => None,
+            Some(value) => value.to_str().ok().and_then(|v| v.parse().ok()),
+        };
+        Self { recv, data_done: false, remaining }
+    }
+}
+
+impl Body for RecvBody {
+    type Data = Bytes;
+    type Error = h2::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
+        if !self.data_done {
+            match ready!(self.recv.poll_data(cx)) {
+                Some(Ok(data)) => {
+                    let _ = self.recv.flow_control().release_capacity(data.len());
+                    if let Some(left) = &mut self.remaining {
+                        *left = left.saturating_sub(data.len() as u64);
+                    }
+                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
+                Some(Err(e)) => return Poll::Ready(Some(Err(e))),
+                None => self.data_done = true,
+            }
+        }
+        match ready!(self.recv.poll_trailers(cx)) {
+            Ok(Some(trailers)) => Poll::Ready(Some(Ok(Frame::trailers(trailers)))),
+            Ok(None) => Poll::Ready(None),
+            Err(e) => Poll::Ready(Some(Err(e))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.recv.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self.remaining {
+            Some(left) => SizeHint::with_exact(left),
+            None => SizeHint::default(),
+        }
+    }
+}
