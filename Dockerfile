@@ -32,6 +32,8 @@ COPY Cargo.toml Cargo.lock ./
 COPY crates/bulkhead-admission/Cargo.toml ./crates/bulkhead-admission/
 COPY crates/bulkhead-proxy/Cargo.toml ./crates/bulkhead-proxy/
 COPY testkit/Cargo.toml ./testkit/
+# h2 with the project's patch (patches/README.md), a dependency like the others.
+COPY patches/h2 ./patches/h2
 RUN awk '/^\[\[(test|bench|example)\]\]/ { skip = 1; next } /^\[/ { skip = 0 } !skip' Cargo.toml >Cargo.toml.deps \
  && mv Cargo.toml.deps Cargo.toml \
  && mkdir -p src crates/bulkhead-admission/src crates/bulkhead-proxy/src testkit/src \

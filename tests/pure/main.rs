@@ -14,6 +14,7 @@ mod endpoint_slices;
 mod enforcement;
 mod injection;
 mod network_policy;
+mod patches;
 mod placement;
 mod planner;
 mod scope;
