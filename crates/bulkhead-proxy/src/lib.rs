@@ -47,6 +47,7 @@ mod stall;
 mod timeouts;
 mod unread;
 mod upload;
+mod woken;
 
 // The admission core lives in its own crate, free of Kubernetes; the proxy
 // re-exports its modules so that `proxy::admission::Pool` and the rest keep

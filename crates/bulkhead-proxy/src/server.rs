@@ -28,6 +28,7 @@ use super::{
     stack::{Conn, Listener},
     timeouts::Timeouts,
     unread::UnreadBudget,
+    woken::WhenWoken,
 };
 
 /// The largest HTTP/1.1 request head: hyper's read buffer, which a client
@@ -146,31 +147,43 @@ pub(super) async fn accept(
             };
             let served = protocols.serve(stream, h2, conn);
             tokio::pin!(served);
+            // Looked at only when one of them woke (`woken`), not at every wake of the task.
+            let guards = WhenWoken::new(async {
+                tokio::select! {
+                    () = stopped(&mut stop) => Guard::Stop,
+                    () = activity.closed() => Guard::GivenUp,
+                    stall = stalled_for(&activity, timeouts.stall()) => Guard::Stalled(stall),
+                    () = idle_for(&activity, timeouts.idle) => Guard::Idle,
+                }
+            });
             let result = tokio::select! {
+                biased;
                 result = served.as_mut() => result,
-                () = stopped(&mut stop) => {
-                    served.as_mut().graceful_shutdown();
-                    served.await
-                }
-                // An HTTP/1.1 response given up on (`stall`): nothing else can use the connection.
-                () = activity.closed() => Ok(()),
-                // Responses wait and the client takes nothing of them: streams hyper holds for
-                // window end only with the connection (`Timeouts::stall`).
-                stall = stalled_for(&activity, timeouts.stall()) => {
-                    tracing::debug!(%peer, ?stall, "responses unread for twice the idle timeout: closed");
-                    if stall == Stall::All {
-                        Ok(())
-                    } else {
-                        // Other requests go on: GOAWAY, and they have one idle timeout to end.
+                guard = guards => match guard {
+                    Guard::Stop => {
                         served.as_mut().graceful_shutdown();
-                        tokio::time::timeout(timeouts.idle, served.as_mut()).await.unwrap_or(Ok(()))
+                        served.await
                     }
-                }
-                () = idle_for(&activity, timeouts.idle) => {
-                    // HTTP/2: GOAWAY, then close; nothing is in flight to wait for.
-                    served.as_mut().graceful_shutdown();
-                    served.await
-                }
+                    // An HTTP/1.1 response given up on (`stall`): nothing else can use the connection.
+                    Guard::GivenUp => Ok(()),
+                    // Responses wait and the client takes nothing of them: streams held for
+                    // window end only with the connection (`Timeouts::stall`).
+                    Guard::Stalled(stall) => {
+                        tracing::debug!(%peer, ?stall, "responses unread for twice the idle timeout: closed");
+                        if stall == Stall::All {
+                            Ok(())
+                        } else {
+                            // Other requests go on: GOAWAY, and they have one idle timeout to end.
+                            served.as_mut().graceful_shutdown();
+                            tokio::time::timeout(timeouts.idle, served.as_mut()).await.unwrap_or(Ok(()))
+                        }
+                    }
+                    Guard::Idle => {
+                        // HTTP/2: GOAWAY, then close; nothing is in flight to wait for.
+                        served.as_mut().graceful_shutdown();
+                        served.await
+                    }
+                },
             };
             if let Err(e) = result {
                 tracing::debug!(error = %e, "connection ended with an error");
@@ -210,6 +223,16 @@ async fn is_h2(stream: &TcpStream) -> bool {
             Err(_) => return false,
         }
     }
+}
+
+/// What ends a connection besides its client.
+enum Guard {
+    /// The proxy stops.
+    Stop,
+    /// A response was given up on.
+    GivenUp,
+    Stalled(Stall),
+    Idle,
 }
 
 /// Never resolves when `stall` is zero.
