@@ -190,7 +190,7 @@ impl Serving {
                     Poll::Pending => break,
                 }
             }
-            // New streams are polled at once (their first poll classifies and admits them).
+            // New streams are polled at once: their first poll sends the admitted request upstream.
             if !accepted {
                 return Poll::Pending;
             }

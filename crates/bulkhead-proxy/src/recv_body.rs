@@ -29,9 +29,11 @@ impl RecvBody {
 
     /// A request's body, of the length its Content-Length says.
     pub(crate) fn sized(recv: h2::RecvStream, headers: &HeaderMap) -> Self {
-        let remaining = match headers.get(header::CONTENT_LENGTH) {
-            None => None,
-            Some(value) => value.to_str().ok().and_then(|v| v.parse().ok()),
+        // A request that ended with its head (most of them) has nothing to size: no lookup.
+        let remaining = if recv.is_end_stream() {
+            None
+        } else {
+            headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok())
         };
         Self { recv, data_done: false, remaining }
     }
