@@ -1727,27 +1727,18 @@ impl proto::Peer for Peer {
         fields: HeaderMap,
         stream_id: StreamId,
     ) -> Result<Self::Poll, Error> {
-        let mut b = Response::builder();
-
-        b = b.version(Version::HTTP_2);
+        // bulkhead: the response is built in place, as the server's request.
+        let mut response = Response::new(());
+        *response.version_mut() = Version::HTTP_2;
 
         if let Some(status) = pseudo.status {
-            b = b.status(status);
+            *response.status_mut() = status;
         } else {
             // Every response must include :status (RFC 9113, section 8.3.2).
             // https://www.rfc-editor.org/rfc/rfc9113.html#section-8.3.2
             proto_err!(stream: "missing :status; stream={:?}", stream_id);
             return Err(Error::library_reset(stream_id, Reason::PROTOCOL_ERROR));
         }
-
-        let mut response = match b.body(()) {
-            Ok(response) => response,
-            Err(_) => {
-                // TODO: Should there be more specialized handling for different
-                // kinds of errors
-                return Err(Error::library_reset(stream_id, Reason::PROTOCOL_ERROR));
-            }
-        };
 
         *response.headers_mut() = fields;
 

@@ -163,7 +163,7 @@ impl FrameDecoder {
 ///
 /// This function is intentionally de-generified and outlined because it is very large.
 fn decode_frame(decoder: &mut FrameDecoder, mut bytes: BytesMut) -> Result<Option<Frame>, Error> {
-    let span = tracing::trace_span!("FramedRead::decode_frame", offset = bytes.len());
+    let span = trace_span!("FramedRead::decode_frame", offset = bytes.len());
     let _e = span.enter();
 
     tracing::trace!("decoding frame from {}B", bytes.len());
@@ -435,7 +435,7 @@ where
     type Item = Result<Frame, Error>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let span = tracing::trace_span!("FramedRead::poll_next");
+        let span = trace_span!("FramedRead::poll_next");
         let _e = span.enter();
         loop {
             tracing::trace!("poll");

@@ -136,7 +136,7 @@ where
 
     /// Flush buffered data to the wire
     pub fn flush(&mut self, cx: &mut Context) -> Poll<io::Result<()>> {
-        let span = tracing::trace_span!("FramedWrite::flush");
+        let span = trace_span!("FramedWrite::flush");
         let _e = span.enter();
 
         loop {
@@ -223,7 +223,7 @@ where
     fn buffer(&mut self, item: Frame<B>) -> Result<(), UserError> {
         // Ensure that we have enough capacity to accept the write.
         assert!(self.has_capacity());
-        let span = tracing::trace_span!("FramedWrite::buffer", frame = ?item);
+        let span = trace_span!("FramedWrite::buffer", frame = ?item);
         let _e = span.enter();
 
         tracing::debug!(frame = ?item, "send");

@@ -190,7 +190,7 @@ impl Decoder {
             self.last_max_update = size;
         }
 
-        let span = tracing::trace_span!("hpack::decode");
+        let span = trace_span!("hpack::decode");
         let _e = span.enter();
 
         tracing::trace!("decode");
@@ -489,7 +489,12 @@ fn consume(buf: &mut Cursor<&mut BytesMut>) {
     // remove bytes from the internal BytesMut when they have been successfully
     // decoded. This is a more permanent cursor position, which will be
     // used to resume if decoding was only partial.
-    take(buf, 0);
+    // bulkhead: the decoded bytes are dropped where they are; `take(buf, 0)`
+    // split them off into a `Bytes` (a reference count up and down) only to
+    // drop it, after every field.
+    let pos = buf.position() as usize;
+    buf.get_mut().advance(pos);
+    buf.set_position(0);
 }
 
 // ===== impl Table =====

@@ -102,7 +102,7 @@ impl Encoder {
     where
         I: IntoIterator<Item = Header<Option<HeaderName>>>,
     {
-        let span = tracing::trace_span!("hpack::encode");
+        let span = trace_span!("hpack::encode");
         let _e = span.enter();
 
         self.encode_size_updates(dst);
@@ -137,6 +137,13 @@ impl Encoder {
                 }
             }
         }
+    }
+
+    /// bulkhead: starts a header block that is then written field by field
+    /// with `encode_field`: the size updates a SETTINGS change asked for go
+    /// first, as in `encode`.
+    pub(crate) fn begin_block(&mut self, dst: &mut BytesMut) {
+        self.encode_size_updates(dst);
     }
 
     fn encode_size_updates(&mut self, dst: &mut BytesMut) {
@@ -228,6 +235,23 @@ impl Encoder {
 impl Default for Encoder {
     fn default() -> Encoder {
         Encoder::new(4096, 0)
+    }
+}
+
+/// bulkhead: one field, as `Encoder::encode` writes it from the static table
+/// only, but from references: `statik` is the field's static index (and
+/// whether its value matched too); without one, the name goes as a literal.
+pub(crate) fn encode_field(
+    statik: Option<(usize, bool)>,
+    name: &[u8],
+    value: &[u8],
+    sensitive: bool,
+    dst: &mut BytesMut,
+) {
+    match statik {
+        Some((idx, true)) => encode_int(idx, 7, 0x80, dst),
+        Some((idx, false)) => encode_not_indexed(idx, value, sensitive, dst),
+        None => encode_not_indexed2(name, value, sensitive, dst),
     }
 }
 
