@@ -16,6 +16,11 @@ use http_body::{Body, Frame, SizeHint};
 pub(crate) struct RecvBody {
     recv: h2::RecvStream,
     data_done: bool,
+    /// What h2 last said of the stream's end, asked once per frame read: each
+    /// ask takes the connection's lock, and a message's body is asked several
+    /// times by the layers around it. A stream that ends later is seen at the
+    /// next read (`is_end_stream` may say false at the end, never true before).
+    ended: bool,
     /// What Content-Length says is left to come (h2 fails a stream whose
     /// data does not match it), so the upstream is told the length.
     remaining: Option<u64>,
@@ -24,18 +29,17 @@ pub(crate) struct RecvBody {
 impl RecvBody {
     /// A body of unknown length.
     pub(crate) fn new(recv: h2::RecvStream) -> Self {
-        Self { recv, data_done: false, remaining: None }
+        let ended = recv.is_end_stream();
+        Self { recv, data_done: false, ended, remaining: None }
     }
 
     /// A request's body, of the length its Content-Length says.
     pub(crate) fn sized(recv: h2::RecvStream, headers: &HeaderMap) -> Self {
         // A request that ended with its head (most of them) has nothing to size: no lookup.
-        let remaining = if recv.is_end_stream() {
-            None
-        } else {
-            headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok())
-        };
-        Self { recv, data_done: false, remaining }
+        let ended = recv.is_end_stream();
+        let remaining =
+            if ended { None } else { headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok()) };
+        Self { recv, data_done: false, ended, remaining }
     }
 }
 
@@ -51,13 +55,16 @@ impl Body for RecvBody {
                     if let Some(left) = &mut self.remaining {
                         *left = left.saturating_sub(data.len() as u64);
                     }
+                    self.ended = self.recv.is_end_stream();
                     return Poll::Ready(Some(Ok(Frame::data(data))));
                 }
                 Some(Err(e)) => return Poll::Ready(Some(Err(e))),
                 None => self.data_done = true,
             }
         }
-        match ready!(self.recv.poll_trailers(cx)) {
+        let trailers = ready!(self.recv.poll_trailers(cx));
+        self.ended = true;
+        match trailers {
             Ok(Some(trailers)) => Poll::Ready(Some(Ok(Frame::trailers(trailers)))),
             Ok(None) => Poll::Ready(None),
             Err(e) => Poll::Ready(Some(Err(e))),
@@ -65,7 +72,7 @@ impl Body for RecvBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.recv.is_end_stream()
+        self.ended
     }
 
     fn size_hint(&self) -> SizeHint {
